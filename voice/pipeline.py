@@ -1,0 +1,367 @@
+"""The voice pipeline: speech in, a spoken reply out, every step published as an event.
+
+One :class:`VoicePipeline` holds the models (shared by every session of the process); each
+:class:`VoiceSession` runs one conversation as four stages joined by bounded asyncio queues::
+
+    source ──frames──▶ detect_speech ──speech──▶ transcribe ──utterances──▶ converse ──▶ sink
+                       (Silero VAD,              (Whisper interims,          (LM cleanup, LM reply,
+                        endpointing, barge-in)    final + filters)            Piper TTS, playback)
+
+Model calls (VAD, Whisper, LM, Piper) run on worker threads; the event loop only moves data.
+A full queue makes the stage before it wait, so memory stays bounded on a 10-minute input.
+
+Turn taking (``PipelineConfig.turn_taking``):
+
+- ``"barge_in"`` (live use, ``--realtime``): the user may speak at any time; speech starting while
+  a reply is being produced or played cancels it (LM and TTS) and publishes ``Interrupted``.
+- ``"wait"`` (a recording processed as fast as possible): after each endpoint the recording is
+  paused until the reply is done, as if the speaker waited for the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from audio.buffer import StreamBuffer
+from audio.frames import AudioFrame
+from audio.vad import EndpointDetector, SpeechEnd, SpeechStart, VadConfig
+from llm.backend import LanguageModel, LanguageModelError, Turn
+from voice.asr import AsrConfig, StreamingTranscriber, WhisperRecognizer
+from voice.events import (
+    AudioChunk,
+    CleanedTranscript,
+    Event,
+    FinalTranscript,
+    InterimTranscript,
+    Interrupted,
+    PipelineError,
+    ReplyDraft,
+    ReplyText,
+    SpeechStarted,
+    SpeechStopped,
+    TraceReady,
+    TranscriptRejected,
+)
+from voice.tracing import TurnTrace
+from voice.tts import SpeechSynthesizer, StableSentences
+
+log = logging.getLogger(__name__)
+
+_END = None  # end-of-stream marker on every queue
+PLAYBACK_CHUNK_S = 0.1
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Settings of a session.
+
+    Attributes:
+        turn_taking: ``"barge_in"`` or ``"wait"`` (see the module docstring).
+        reply: ``False`` stops after the final transcript (transcription only: no LM, no TTS).
+        cleanup: run LM transcript cleanup before the reply.
+        reasoning_effort: ``low``/``medium``/``high`` for both LM calls (see ``llm.effort``).
+        interims: publish interim transcripts while the user speaks.
+        history_turns: user/assistant exchanges kept as LM context.
+        queue_frames: capacity of the frame queues (32 ms frames: 64 ≈ 2 s).
+    """
+
+    vad: VadConfig = VadConfig()
+    asr: AsrConfig = AsrConfig()
+    turn_taking: Literal["barge_in", "wait"] = "barge_in"
+    reply: bool = True
+    cleanup: bool = True
+    reasoning_effort: str = "low"
+    interims: bool = True
+    history_turns: int = 6
+    queue_frames: int = 64
+
+
+@dataclass
+class TurnState:
+    """One user turn as it moves through the stages."""
+
+    turn_id: int
+    trace: TurnTrace
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    transcript: str = ""
+
+
+@dataclass
+class Utterance:
+    """The transcribe stage's output: a turn and its accepted final transcript."""
+
+    turn: TurnState
+    text: str
+
+
+class VoicePipeline:
+    """The models of the voice pipeline, loaded once and shared by every session.
+
+    Args:
+        lm: the language-model backend (``llm.load_backend(...)``); ``None`` only when every
+            session runs with ``reply=False``.
+        synthesizer: a :class:`voice.tts.SpeechSynthesizer` (``PiperSynthesizer()``).
+        recognizer: a :class:`voice.asr.WhisperRecognizer`; created from ``config.asr`` if ``None``.
+        tracer: an OpenTelemetry tracer (``voice.tracing.make_tracer``) or ``None``.
+    """
+
+    def __init__(
+        self,
+        lm: LanguageModel | None,
+        synthesizer: SpeechSynthesizer | None,
+        recognizer: WhisperRecognizer | None = None,
+        config: PipelineConfig = PipelineConfig(),
+        tracer=None,
+    ) -> None:
+        if config.reply and (lm is None or synthesizer is None):
+            raise ValueError("a pipeline that replies needs a language model and a synthesizer")
+        self.lm = lm
+        self.synthesizer = synthesizer
+        self.recognizer = recognizer or WhisperRecognizer(config.asr)
+        self.config = config
+        self.tracer = tracer
+
+    def session(self, source, sink=None, config: PipelineConfig | None = None) -> "VoiceSession":
+        """A conversation reading ``source`` (async iterable of 16 kHz frames) and playing the reply
+        audio on ``sink`` (``write``/``interrupt``/``close``; ``None`` = events only)."""
+        return VoiceSession(self, source, sink, config or self.config)
+
+
+class VoiceSession:
+    """One conversation: run it with :meth:`run`; receive events through :meth:`subscribe`."""
+
+    def __init__(self, pipeline: VoicePipeline, source, sink, config: PipelineConfig) -> None:
+        self.pipeline = pipeline
+        self.source = source
+        self.sink = sink
+        self.config = config
+        self.history: list[Turn] = []
+        self.traces: list[TurnTrace] = []
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._reply_task: asyncio.Task | None = None
+        self._replying: TurnState | None = None
+        self._turn_ids = 0
+
+    def subscribe(self, callback: Callable[[Event], None]) -> None:
+        """Call ``callback(event)`` on the event loop for every event, in order."""
+        self._subscribers.append(callback)
+
+    def publish(self, event: Event) -> None:
+        for callback in self._subscribers:
+            try:
+                callback(event)
+            except Exception:  # a broken subscriber must not stop the conversation
+                log.exception("event subscriber failed on %s", event.type)
+
+    # -- the pipeline, top to bottom ----------------------------------------------------------
+
+    async def run(self) -> list[TurnTrace]:
+        """Run until the source ends and the last reply is done; return the turn traces.
+
+        Raises:
+            audio.AudioError: the source failed (unreadable file, device error).
+        """
+        size = self.config.queue_frames
+        frames: asyncio.Queue = asyncio.Queue(size)
+        speech: asyncio.Queue = asyncio.Queue(size)
+        utterances: asyncio.Queue = asyncio.Queue(4)
+        try:
+            async with asyncio.TaskGroup() as stages:
+                stages.create_task(self._read_source(frames))
+                stages.create_task(self._detect_speech(frames, speech))
+                stages.create_task(self._transcribe(speech, utterances))
+                stages.create_task(self._converse(utterances))
+        except BaseExceptionGroup as group:  # report the first real failure, not the group
+            raise group.exceptions[0] from None
+        finally:
+            if self.sink is not None:
+                await self.sink.close()
+        return self.traces
+
+    async def _read_source(self, frames: asyncio.Queue) -> None:
+        """Stage 1: frames from the source (file, microphone, network)."""
+        try:
+            async for frame in self.source:
+                await frames.put(frame)
+        finally:
+            await frames.put(_END)
+
+    async def _detect_speech(self, frames: asyncio.Queue, speech: asyncio.Queue) -> None:
+        """Stage 2: Silero VAD endpointing; forwards frames and speech start/end; barge-in."""
+        detector = EndpointDetector(self.config.vad)
+        turn: TurnState | None = None
+        while (frame := await frames.get()) is not _END:
+            await speech.put(frame)
+            for event in await asyncio.to_thread(detector.process, frame):
+                turn = await self._on_vad_event(event, turn, speech)
+        for event in detector.flush():
+            turn = await self._on_vad_event(event, turn, speech)
+        await speech.put(_END)
+
+    async def _on_vad_event(self, event, turn: TurnState | None, speech: asyncio.Queue) -> TurnState | None:
+        if isinstance(event, SpeechStart):
+            self._barge_in(event.detected_s)
+            self._turn_ids += 1
+            turn = TurnState(self._turn_ids, TurnTrace(self._turn_ids))
+            self.publish(SpeechStarted(turn_id=turn.turn_id, stream_s=event.start_s))
+            await speech.put((event, turn))
+            return turn
+        # SpeechEnd: the endpoint. The true end of speech is one hangover earlier.
+        now = time.monotonic()
+        turn.trace.mark("endpoint", now)
+        turn.trace.mark("speech_end", now - event.hangover_s)
+        turn.trace.hangover_s = event.hangover_s
+        self.publish(SpeechStopped(turn_id=turn.turn_id, stream_s=event.detected_s, speech_end_s=event.speech_end_s))
+        await speech.put((event, turn))
+        if self.config.turn_taking == "wait":
+            await turn.done.wait()  # the recording pauses while the assistant answers
+        return None
+
+    async def _transcribe(self, speech: asyncio.Queue, utterances: asyncio.Queue) -> None:
+        """Stage 3: Whisper interims while the user speaks, one filtered final per utterance."""
+        preroll = StreamBuffer(max_s=2.0)
+        transcriber: StreamingTranscriber | None = None
+        interim_task: asyncio.Task | None = None
+        turn: TurnState | None = None
+        while (item := await speech.get()) is not _END:
+            if isinstance(item, AudioFrame):
+                preroll.append(item)
+                if transcriber is None:
+                    continue
+                transcriber.extend(item.samples)
+                if self.config.interims and transcriber.interim_due() and (interim_task is None or interim_task.done()):
+                    interim_task = asyncio.create_task(self._publish_interim(turn, transcriber))
+                continue
+            event, turn = item
+            if isinstance(event, SpeechStart):
+                transcriber = StreamingTranscriber(self.pipeline.recognizer, self.config.asr)
+                transcriber.extend(preroll.slice(event.start_s))
+                continue
+            # SpeechEnd: cut the utterance at the end of speech plus padding and decode it.
+            audio = transcriber.audio()[: round((event.end_s - event.start_s) * 16_000)]
+            transcriber, interim_task = None, None
+            await self._finalize(turn, audio, utterances)
+        await utterances.put(_END)
+
+    async def _publish_interim(self, turn: TurnState, transcriber: StreamingTranscriber) -> None:
+        interim = await transcriber.interim()
+        self.publish(InterimTranscript(turn_id=turn.turn_id, committed=interim.committed, tentative=interim.tentative))
+
+    async def _finalize(self, turn: TurnState, audio, utterances: asyncio.Queue) -> None:
+        trace = turn.trace
+        trace.mark("asr_start")
+        hyp, rejected = await StreamingTranscriber(self.pipeline.recognizer, self.config.asr).final(audio)
+        trace.mark("asr_final")
+        trace.asr_audio_s, trace.asr_decode_s = hyp.audio_s, hyp.decode_s
+        if rejected:
+            self.publish(TranscriptRejected(turn_id=turn.turn_id, text=hyp.text, reason=rejected))
+            turn.done.set()
+            return
+        turn.transcript = hyp.text
+        self.publish(FinalTranscript(turn_id=turn.turn_id, text=hyp.text, avg_logprob=hyp.avg_logprob, no_speech_prob=hyp.no_speech_prob))
+        if not self.config.reply:
+            self._finish_turn(turn)
+            return
+        await utterances.put(Utterance(turn, hyp.text))
+
+    async def _converse(self, utterances: asyncio.Queue) -> None:
+        """Stage 4: for each utterance, LM cleanup → LM reply → TTS → sink, as a cancellable task."""
+        while (utterance := await utterances.get()) is not _END:
+            self._replying = utterance.turn
+            self._reply_task = asyncio.create_task(self._reply(utterance.turn, utterance.text))
+            await asyncio.wait([self._reply_task])  # barge-in cancels the task, not this stage
+            self._reply_task = self._replying = None
+            self._finish_turn(utterance.turn)
+
+    # -- one reply ----------------------------------------------------------------------------
+
+    async def _reply(self, turn: TurnState, transcript: str) -> None:
+        lm, effort, trace = self.pipeline.lm, self.config.reasoning_effort, turn.trace
+        try:
+            user_text = transcript
+            if self.config.cleanup:
+                trace.mark("cleanup_start")
+                user_text = (await lm.acleanup(transcript, effort)).strip() or transcript
+                trace.mark("cleanup_done")
+                self.publish(CleanedTranscript(turn_id=turn.turn_id, text=user_text))
+            sentences: asyncio.Queue = asyncio.Queue(8)
+            async with asyncio.TaskGroup() as tg:
+                reply = tg.create_task(self._generate_reply(turn, user_text, sentences))
+                tg.create_task(self._speak(turn, sentences))
+            self.history += [Turn("user", user_text), Turn("assistant", reply.result())]
+            del self.history[: -2 * self.config.history_turns]
+        except* (LanguageModelError, ValueError) as group:
+            self.publish(PipelineError(turn_id=turn.turn_id, stage="llm", message=str(group.exceptions[0])))
+
+    async def _generate_reply(self, turn: TurnState, user_text: str, sentences: asyncio.Queue) -> str:
+        """LM reply drafts → settled sentences on ``sentences``; returns the final reply text."""
+        trace, stable, draft, index = turn.trace, StableSentences(), "", 0
+        trace.mark("llm_start")
+        try:
+            async for draft in self.pipeline.lm.astream_respond(self.history, user_text, self.config.reasoning_effort):
+                trace.mark("first_reply_draft")
+                self.publish(ReplyDraft(turn_id=turn.turn_id, text=draft, index=index))
+                index += 1
+                for sentence in stable.update(draft):
+                    await sentences.put(sentence)
+            trace.mark("reply_done")
+            if not draft.strip():
+                raise LanguageModelError("the language model returned an empty reply")
+            self.publish(ReplyText(turn_id=turn.turn_id, text=draft.strip()))
+            for sentence in stable.finish(draft):
+                await sentences.put(sentence)
+        finally:
+            await sentences.put(_END)
+        return draft.strip()
+
+    async def _speak(self, turn: TurnState, sentences: asyncio.Queue) -> None:
+        """Synthesise each sentence (worker thread) and play it; the first plays while the rest
+        is synthesised."""
+        synthesizer, trace = self.pipeline.synthesizer, turn.trace
+        rate = synthesizer.sample_rate_hz
+        played_s = 0.0
+        while (sentence := await sentences.get()) is not _END:
+            trace.mark("tts_start")
+            chunks = iter(synthesizer.synthesize(sentence))
+            while True:
+                started = time.perf_counter()
+                pcm = await asyncio.to_thread(next, chunks, None)
+                if pcm is None:
+                    break
+                trace.tts_synth_s += time.perf_counter() - started
+                trace.tts_audio_s += len(pcm) / rate
+                step = int(PLAYBACK_CHUNK_S * rate)
+                for i in range(0, len(pcm), step):
+                    frame = AudioFrame(pcm[i : i + step], rate, played_s)
+                    played_s += frame.duration_s
+                    trace.mark("first_tts_audio")
+                    self.publish(AudioChunk(turn_id=turn.turn_id, frame=frame, text=sentence))
+                    if self.sink is not None:
+                        await self.sink.write(frame)
+        trace.mark("tts_done")
+
+    # -- turn bookkeeping ---------------------------------------------------------------------
+
+    def _barge_in(self, stream_s: float) -> None:
+        """Speech started: cancel a reply that is being produced or played."""
+        task = self._reply_task
+        if self.config.turn_taking != "barge_in" or task is None or task.done():
+            return
+        task.cancel()
+        if self.sink is not None and hasattr(self.sink, "interrupt"):
+            self.sink.interrupt()
+        self._replying.trace.interrupted = True
+        self.publish(Interrupted(turn_id=self._replying.turn_id, stream_s=stream_s))
+
+    def _finish_turn(self, turn: TurnState) -> None:
+        trace = turn.trace
+        self.traces.append(trace)
+        if self.pipeline.tracer is not None:
+            trace.export(self.pipeline.tracer)
+        self.publish(TraceReady(turn_id=turn.turn_id, trace=trace.to_dict()))
+        turn.done.set()
