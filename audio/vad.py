@@ -9,9 +9,8 @@ the speech probability of each.
 :class:`EndpointDetector` turns probabilities into speech-start / speech-end events with
 hysteresis, like silero-vad's ``VADIterator``: speech starts when a window's probability reaches
 ``threshold``; it ends once the probability has stayed below ``threshold - 0.15`` for
-``min_silence_ms`` (the endpoint hangover). Defaults (see :class:`VadConfig`) were measured on
-``samples/``: see ``docs`` in ``bench/v2v.py --vad-sweep`` and the test
-``tests/test_audio_vad.py``.
+``min_silence_ms`` (the endpoint hangover); after ``speech_pad_ms`` of that silence it announces a
+tentative :class:`SpeechPause` so the ASR can start early. Defaults: see :class:`VadConfig`.
 """
 
 from __future__ import annotations
@@ -90,6 +89,20 @@ class SpeechStart:
 
 
 @dataclass(frozen=True)
+class SpeechPause:
+    """Silence of ``speech_pad_ms`` inside speech: maybe the end, maybe a pause (tentative).
+
+    The ASR may decode the utterance up to ``end_s`` now, so its final is ready when the endpoint
+    (:class:`SpeechEnd` with the same ``end_s``) confirms it; if speech resumes, it is discarded.
+    """
+
+    start_s: float
+    speech_end_s: float
+    end_s: float
+    detected_s: float
+
+
+@dataclass(frozen=True)
 class SpeechEnd:
     """Speech ended.
 
@@ -112,7 +125,7 @@ class SpeechEnd:
         return self.detected_s - self.speech_end_s
 
 
-VadEvent = SpeechStart | SpeechEnd
+VadEvent = SpeechStart | SpeechPause | SpeechEnd
 
 
 class EndpointDetector:
@@ -132,6 +145,7 @@ class EndpointDetector:
         self._speech_start_s = 0.0
         self._last_voiced_end_s = 0.0
         self.last_probability = 0.0
+        self._paused = False
 
     def process(self, frame: AudioFrame) -> list[VadEvent]:
         """Feed one frame; return the events it completes."""
@@ -171,15 +185,22 @@ class EndpointDetector:
                     self._speech_start_s = max(0.0, self._candidate_start_s - pad_s)
                     self._last_voiced_end_s = window_end_s
                     self._candidate_start_s = None
+                    self._paused = False
                     yield SpeechStart(self._speech_start_s, window_end_s)
             elif prob < c.neg_threshold:
                 self._candidate_start_s = None
             return
         if prob >= c.neg_threshold:
             self._last_voiced_end_s = window_end_s
+            self._paused = False
         silence_s = window_end_s - self._last_voiced_end_s
+        if not self._paused and pad_s <= silence_s < c.min_silence_ms / 1000:
+            self._paused = True
+            end = self._last_voiced_end_s
+            yield SpeechPause(self._speech_start_s, end, end + pad_s, window_end_s)
         if silence_s >= c.min_silence_ms / 1000:
             self.in_speech = False
+            self._paused = False
             end = self._last_voiced_end_s
             yield SpeechEnd(self._speech_start_s, end, end + pad_s, window_end_s)
         elif window_end_s - self._speech_start_s >= c.max_speech_s:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import threading
@@ -45,10 +46,15 @@ class AsrConfig:
         max_no_speech_prob: a final whose no-speech probability exceeds this is dropped
             (Whisper's ``no_speech_threshold``; kitchen noise that passed the VAD scored 0.77).
         min_avg_logprob: a final below this mean token log-probability is dropped as unclear or
-            not English. Whisper uses -1.0; measured with tiny.en on ``samples/``: clean English
-            −0.06…−0.51 (8 kHz LDC93S1 the lowest), Russian −1.09, French −1.19, Mandarin −0.75,
-            two overlapping English speakers −0.76; hence −0.7.
+            not English. Whisper uses -1.0; measured with tiny.en (short-context decode) on
+            ``samples/``: clean English −0.11…−0.60 (8 kHz LDC93S1 the lowest), Russian −1.09,
+            French −2.12, Mandarin −1.32, two overlapping English speakers −0.87; hence −0.8.
         max_compression_ratio: gzip ratio above which the text is a repetition loop (Whisper: 2.4).
+        short_context_s: encode only this much audio (the utterance plus silence) instead of
+            Whisper's fixed 30 s window; 0 disables. The encoder's cost grows with its input, so
+            a 3 s utterance decodes ≈3× faster; CTranslate2 accepts the shorter input. Whisper was
+            trained on 30 s windows and can loop on a short one, so a result that hits the token
+            cap or compresses too well is decoded again the standard way.
     """
 
     model: str | None = None
@@ -59,8 +65,9 @@ class AsrConfig:
     language: str | None = "en"
     interim_interval_s: float = 0.5
     max_no_speech_prob: float = 0.6
-    min_avg_logprob: float = -0.7
+    min_avg_logprob: float = -0.8
     max_compression_ratio: float = 2.4
+    short_context_s: float = 10.0
 
 
 @functools.lru_cache(maxsize=4)
@@ -129,6 +136,11 @@ class WhisperRecognizer:
         audio_s = len(samples) / PIPELINE_RATE_HZ
         language = self.config.language if self.config.language or self.model.is_multilingual else "en"
         start = time.perf_counter()
+        if self.config.short_context_s and language and audio_s + 1.0 <= self.config.short_context_s:
+            with self._lock:
+                hyp = self._decode_short_context(int16_to_float32(samples), language)
+            if hyp is not None:
+                return dataclasses.replace(hyp, decode_s=time.perf_counter() - start)
         with self._lock:
             segments, info = self.model.transcribe(
                 int16_to_float32(samples),
@@ -153,6 +165,46 @@ class WhisperRecognizer:
             decode_s=decode_s,
             language=info.language,
         )
+
+
+    def _decode_short_context(self, audio: np.ndarray, language: str) -> Hypothesis | None:
+        """Greedy decode of ``audio`` (float32, 16 kHz) with an encoder input of
+        ``short_context_s``; ``None`` when the output looks like a repetition loop."""
+        import ctranslate2
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        model = self.model
+        padded = np.zeros(int(self.config.short_context_s * PIPELINE_RATE_HZ), dtype=np.float32)
+        padded[: len(audio)] = audio
+        features = model.feature_extractor(padded)
+        features = np.ascontiguousarray(features[None, :, : features.shape[1] // 2 * 2])  # even frames
+        encoded = model.model.encode(ctranslate2.StorageView.from_array(features))
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+        max_tokens = int(len(audio) / PIPELINE_RATE_HZ * MAX_TOKENS_PER_S) + 8
+        result = model.model.generate(
+            encoded,
+            [list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]],
+            beam_size=self.config.beam_size,
+            max_length=max_tokens,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+        )[0]
+        tokens = result.sequences_ids[0]
+        text = tokenizer.decode(tokens).strip()
+        ratio = get_compression_ratio(text) if text else 0.0
+        if len(tokens) >= max_tokens - 1 or ratio > self.config.max_compression_ratio:
+            return None
+        # CTranslate2's score is the cumulative log-probability over len(tokens) (length_penalty=1);
+        # faster-whisper's avg_logprob divides the cumulative value by len(tokens) + 1.
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else 0.0
+        return Hypothesis(text, float(result.no_speech_prob), float(avg_logprob), ratio, len(audio) / PIPELINE_RATE_HZ, 0.0, language)
+
+
+MAX_TOKENS_PER_S = 12
+"""Token cap of a short-context decode per second of audio (fast English speech: ≈5 tokens/s)."""
 
 
 def rejection_reason(hyp: Hypothesis, config: AsrConfig = AsrConfig()) -> str | None:

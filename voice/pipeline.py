@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from audio.buffer import StreamBuffer
-from audio.frames import AudioFrame
-from audio.vad import EndpointDetector, SpeechEnd, SpeechStart, VadConfig
+from audio.frames import PIPELINE_RATE_HZ, AudioFrame
+from audio.vad import EndpointDetector, SpeechEnd, SpeechPause, SpeechStart, VadConfig
 from llm.backend import LanguageModel, LanguageModelError, Turn
 from voice.asr import AsrConfig, StreamingTranscriber, WhisperRecognizer
 from voice.events import (
@@ -211,6 +211,9 @@ class VoiceSession:
             self.publish(SpeechStarted(turn_id=turn.turn_id, stream_s=event.start_s))
             await speech.put((event, turn))
             return turn
+        if isinstance(event, SpeechPause):
+            await speech.put((event, turn))
+            return turn
         # SpeechEnd: the endpoint. The true end of speech is one hangover earlier.
         now = time.monotonic()
         turn.trace.mark("endpoint", now)
@@ -223,44 +226,62 @@ class VoiceSession:
         return None
 
     async def _transcribe(self, speech: asyncio.Queue, utterances: asyncio.Queue) -> None:
-        """Stage 3: Whisper interims while the user speaks, one filtered final per utterance."""
+        """Stage 3: Whisper interims while the user speaks, one filtered final per utterance.
+
+        At a pause (``SpeechPause``) the utterance is decoded at once; when the endpoint confirms
+        that pause, that decode is the final, so the final is usually ready at the endpoint.
+        """
         preroll = StreamBuffer(max_s=2.0)
         transcriber: StreamingTranscriber | None = None
-        interim_task: asyncio.Task | None = None
-        turn: TurnState | None = None
+        interim: asyncio.Task | None = None
+        early_final: tuple[float, asyncio.Task] | None = None  # (utterance end_s, decode)
         while (item := await speech.get()) is not _END:
             if isinstance(item, AudioFrame):
                 preroll.append(item)
                 if transcriber is None:
                     continue
                 transcriber.extend(item.samples)
-                if self.config.interims and transcriber.interim_due() and (interim_task is None or interim_task.done()):
-                    interim_task = asyncio.create_task(self._publish_interim(turn, transcriber))
+                idle = interim is None or interim.done()
+                if self.config.interims and early_final is None and idle and transcriber.interim_due():
+                    interim = asyncio.create_task(self._publish_interim(turn, transcriber))
                 continue
             event, turn = item
             if isinstance(event, SpeechStart):
                 transcriber = StreamingTranscriber(self.pipeline.recognizer, self.config.asr)
                 transcriber.extend(preroll.slice(event.start_s))
                 continue
-            # SpeechEnd: cut the utterance at the end of speech plus padding and decode it.
-            audio = transcriber.audio()[: round((event.end_s - event.start_s) * 16_000)]
-            transcriber, interim_task = None, None
-            await self._finalize(turn, audio, utterances)
+            audio = transcriber.audio()[: round((event.end_s - event.start_s) * PIPELINE_RATE_HZ)]
+            if isinstance(event, SpeechPause):
+                early_final = (event.end_s, asyncio.create_task(self._decode_final(turn, transcriber, audio)))
+                continue
+            # SpeechEnd: the endpoint. Use the decode started at the pause if it covers this end.
+            if early_final is not None and early_final[0] == event.end_s:
+                decode = early_final[1]
+            else:
+                decode = asyncio.create_task(self._decode_final(turn, transcriber, audio))
+            transcriber = interim = early_final = None
+            await self._finalize(turn, await decode, utterances)
         await utterances.put(_END)
 
     async def _publish_interim(self, turn: TurnState, transcriber: StreamingTranscriber) -> None:
         interim = await transcriber.interim()
         self.publish(InterimTranscript(turn_id=turn.turn_id, committed=interim.committed, tentative=interim.tentative))
 
-    async def _finalize(self, turn: TurnState, audio, utterances: asyncio.Queue) -> None:
+    async def _decode_final(self, turn: TurnState, transcriber: StreamingTranscriber, audio):
+        """The final decode of ``audio``; returns (hypothesis, rejection reason, start, end)."""
+        started = time.monotonic()
+        hyp, rejected = await transcriber.final(audio)
+        return hyp, rejected, started, time.monotonic()
+
+    async def _finalize(self, turn: TurnState, decoded, utterances: asyncio.Queue) -> None:
+        hyp, rejected, started, finished = decoded
         trace = turn.trace
-        trace.mark("asr_start")
-        hyp, rejected = await StreamingTranscriber(self.pipeline.recognizer, self.config.asr).final(audio)
-        trace.mark("asr_final")
+        trace.mark("asr_start", started)
+        trace.mark("asr_final", finished)
         trace.asr_audio_s, trace.asr_decode_s = hyp.audio_s, hyp.decode_s
         if rejected:
             self.publish(TranscriptRejected(turn_id=turn.turn_id, text=hyp.text, reason=rejected))
-            turn.done.set()
+            self._finish_turn(turn, publish_trace=False)
             return
         turn.transcript = hyp.text
         self.publish(FinalTranscript(turn_id=turn.turn_id, text=hyp.text, avg_logprob=hyp.avg_logprob, no_speech_prob=hyp.no_speech_prob))
@@ -358,10 +379,11 @@ class VoiceSession:
         self._replying.trace.interrupted = True
         self.publish(Interrupted(turn_id=self._replying.turn_id, stream_s=stream_s))
 
-    def _finish_turn(self, turn: TurnState) -> None:
-        trace = turn.trace
-        self.traces.append(trace)
-        if self.pipeline.tracer is not None:
-            trace.export(self.pipeline.tracer)
-        self.publish(TraceReady(turn_id=turn.turn_id, trace=trace.to_dict()))
+    def _finish_turn(self, turn: TurnState, publish_trace: bool = True) -> None:
+        """A turn is over (answered, interrupted, or rejected as non-speech): trace it, release it."""
+        if publish_trace:
+            self.traces.append(turn.trace)
+            if self.pipeline.tracer is not None:
+                turn.trace.export(self.pipeline.tracer)
+            self.publish(TraceReady(turn_id=turn.turn_id, trace=turn.trace.to_dict()))
         turn.done.set()
