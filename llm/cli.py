@@ -1,0 +1,103 @@
+"""Sub-commands of the LM stage: ``quicksilver cleanup``, ``quicksilver train``, ``quicksilver eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from llm.effort import REASONING_EFFORTS
+
+
+def add_llm_options(parser: argparse.ArgumentParser) -> None:
+    """The backend flags shared by every command that calls the LM."""
+    parser.add_argument("--llm", choices=("local", "openai"), default="local", help="LM backend (default: local)")
+    parser.add_argument("--llm-model", default=None, help="local folder or hub id (local), model name (openai)")
+    parser.add_argument("--llm-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+
+
+def backend_from_args(args):
+    """Create the backend the flags of :func:`add_llm_options` chose."""
+    from llm.backend import load_backend
+
+    return load_backend(args.llm, model=args.llm_model, base_url=args.llm_base_url, device=args.device)
+
+
+def register(sub) -> None:
+    """Add the LM commands to the ``quicksilver`` sub-parsers."""
+    p = sub.add_parser("cleanup", help="clean up transcripts (fillers, false starts, punctuation, casing)")
+    p.add_argument("text", nargs="*", help="transcript words, or '-' to read one transcript per line from stdin")
+    p.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default="low")
+    add_llm_options(p)
+    p.set_defaults(func=run_cleanup)
+
+    p = sub.add_parser("train", help="train the masked-diffusion checkpoint")
+    p.add_argument("--out", default="runs/checkpoint")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_train)
+
+    p = sub.add_parser("eval", help="evaluate cleanup (Disfl-QA) or replies (SGD) against baselines")
+    p.add_argument("task", choices=("cleanup", "reply"))
+    p.add_argument("--split", default="dev", choices=("dev",))
+    p.add_argument("--limit", type=int, default=None, help="evaluate the first N items only")
+    p.add_argument("--json-out", default=None, help="write the results here as JSON")
+    add_llm_options(p)
+    p.set_defaults(func=run_eval)
+
+
+def run_cleanup(args) -> int:
+    """``quicksilver cleanup``: one cleaned line per input line, in order."""
+    if not args.text:
+        print("quicksilver cleanup: give a transcript, or '-' to read lines from stdin", file=sys.stderr)
+        return 2
+    lm = backend_from_args(args)
+    if args.text == ["-"]:
+        for line in sys.stdin:
+            line = line.rstrip("\n")
+            if not line.strip():
+                print("", flush=True)
+                continue
+            try:
+                print(lm.cleanup(line, args.reasoning_effort), flush=True)
+            except ValueError as exc:  # nothing to clean: pass the line through
+                logging.getLogger(__name__).warning("line passed through: %s", exc)
+                print(line, flush=True)
+        return 0
+    try:
+        print(lm.cleanup(" ".join(args.text), args.reasoning_effort))
+    except ValueError as exc:
+        print(f"quicksilver cleanup: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_train(args) -> int:
+    """``quicksilver train``."""
+    from llm.train import TrainConfig, train
+
+    logging.getLogger().setLevel(logging.INFO)
+    folder = train(TrainConfig(out=args.out, steps=args.steps, minutes=args.minutes,
+                               batch_size=args.batch_size, seed=args.seed))
+    print(f"checkpoint saved to {folder}")
+    return 0
+
+
+def run_eval(args) -> int:
+    """``quicksilver eval cleanup|reply``: print tables, optionally write JSON."""
+    from llm.evaluate import evaluate_cleanup_split, evaluate_reply_split, format_table
+
+    lm = backend_from_args(args)
+    if args.task == "cleanup":
+        results = evaluate_cleanup_split(lm, args.split, args.limit)
+    else:
+        results = evaluate_reply_split(lm, args.split, args.limit)
+    print(format_table(results))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0

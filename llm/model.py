@@ -1,0 +1,158 @@
+"""Model configuration and the one loader for every masked-diffusion LM.
+
+The Quicksilver checkpoint is a plain ``transformers`` ``BertForMaskedLM`` (a
+bidirectional transformer with an MLM head, i.e. the denoiser of MDLM/LLaDA) saved with
+``save_pretrained`` (safetensors) beside its tokenizer and a ``quicksilver.json`` that
+names the sequence layout (:mod:`llm.canvas`). The same :func:`load_diffusion_model`
+loads public dLLMs from a local folder or hub id:
+
+- ``AutoModelForMaskedLM`` models (e.g. ModernBERT chat models trained with masked
+  diffusion): the tokenizer's own mask token.
+- ``trust_remote_code`` dLLMs that return ``logits`` from ``model(input_ids)``
+  (LLaDA-8B-Instruct: mask id 126336; Dream-v0-Instruct-7B: ``<|mask|>``, 151666).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, BertConfig
+
+log = logging.getLogger(__name__)
+
+#: The shipped checkpoint folder.
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint"
+#: ``quicksilver.json`` ``format`` value of checkpoints using :mod:`llm.canvas` layouts.
+QUICKSILVER_FORMAT = "quicksilver-canvas-v1"
+#: Mask token ids of public dLLMs whose tokenizer does not declare one.
+KNOWN_MASK_IDS = {"llada": 126336, "dream": 151666}
+
+
+def quicksilver_config(vocab_size: int, hidden: int = 256, layers: int = 6, heads: int = 4,
+                       max_positions: int = 256) -> BertConfig:
+    """The BERT configuration of the Quicksilver denoiser (about 6M parameters at the defaults).
+
+    Three token types: prompt, output slot, insertion slot (:mod:`llm.canvas`).
+    """
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=max_positions,
+        type_vocab_size=3,
+        hidden_dropout_prob=0.05,
+        attention_probs_dropout_prob=0.05,
+        pad_token_id=0,
+    )
+
+
+@dataclass
+class LoadedModel:
+    """A loaded diffusion LM.
+
+    ``layout`` is ``"quicksilver"`` for checkpoints in :mod:`llm.canvas` layouts and
+    ``"chat"`` for public dLLMs prompted through their chat template.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    mask_id: int
+    layout: str
+    device: torch.device
+    max_positions: int
+    source: str
+
+
+def pick_device(device: str | None) -> torch.device:
+    """``cuda`` when available and not overridden, else ``cpu``.
+
+    Raises:
+        ValueError: ``device`` is ``cuda`` but no CUDA device exists.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def pick_dtype(device: torch.device, dtype: str | torch.dtype | None) -> torch.dtype:
+    """bfloat16 on GPUs that support it, float16 on older GPUs, float32 on the CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is not None:
+        return getattr(torch, dtype)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def load_diffusion_model(
+    name_or_path: str | Path | None = None,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    trust_remote_code: bool = False,
+    mask_id: int | None = None,
+) -> LoadedModel:
+    """Load a masked-diffusion LM and its tokenizer.
+
+    Args:
+        name_or_path: a local folder or hub id; ``None`` loads the shipped checkpoint.
+        device: ``"cpu"``/``"cuda"``; ``None`` picks CUDA when available.
+        dtype: ``None`` picks by device (:func:`pick_dtype`).
+        trust_remote_code: allow the model's own code (LLaDA, Dream).
+        mask_id: override the mask token id.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        ValueError: no mask token id can be determined.
+        OSError: ``transformers`` could not load the model (message names the source).
+    """
+    source = str(name_or_path or DEFAULT_CHECKPOINT)
+    path = Path(source)
+    looks_local = path.is_absolute() or source.startswith((".", "~")) or path.exists()
+    if looks_local and not path.expanduser().exists():
+        raise FileNotFoundError(f"model folder not found: {source}")
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(torch_device, dtype)
+
+    meta_file = path / "quicksilver.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(
+            source, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        )
+    except ValueError:
+        # LLaDA / Dream register only AutoModel in their auto_map; they still return .logits.
+        model = AutoModel.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    model.to(torch_device).eval()
+
+    if mask_id is None:
+        mask_id = tokenizer.mask_token_id
+    if mask_id is None:
+        mask_id = KNOWN_MASK_IDS.get(getattr(config, "model_type", "").lower())
+    if mask_id is None:
+        raise ValueError(
+            f"cannot tell the mask token id of {source}: its tokenizer has no mask token; pass mask_id"
+        )
+    layout = "quicksilver" if meta.get("format") == QUICKSILVER_FORMAT else "chat"
+    max_positions = int(getattr(config, "max_position_embeddings", 0) or 4096)
+    log.info("loaded %s (%s layout, mask id %d) on %s as %s", source, layout, mask_id, torch_device, torch_dtype)
+    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source)
+
+
+def save_checkpoint(model, tokenizer, folder: Path, extra: dict | None = None) -> None:
+    """Save ``model`` and ``tokenizer`` with ``save_pretrained`` plus ``quicksilver.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    meta = {"format": QUICKSILVER_FORMAT, **(extra or {})}
+    (folder / "quicksilver.json").write_text(json.dumps(meta, indent=2) + "\n")

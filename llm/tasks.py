@@ -1,0 +1,212 @@
+"""The two jobs of the LM stage on a loaded diffusion model: transcript cleanup and replies.
+
+:class:`CanvasTasks` drives checkpoints in the Quicksilver layouts (:mod:`llm.canvas`);
+:class:`ChatTasks` drives public dLLMs (LLaDA, Dream, ModernBERT chat) through their
+chat template with a plain run of masks as the canvas. Both return drafts step by
+step through :func:`llm.sampler.generate`'s callback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from llm import canvas as cv
+from llm.backend import Turn, check_text
+from llm.effort import sampler_settings
+from llm.model import LoadedModel
+from llm.rules import rule_cleanup, words_of
+from llm.sampler import denoising_steps
+
+#: Spoken when the model drafts an empty reply.
+FALLBACK_REPLY = "Sorry, could you say that again?"
+SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+#: Inputs with at least this many content words are checked for dropped content.
+FALLBACK_MIN_CONTENT_WORDS = 4
+#: Fraction of the input's content words the model output must keep.
+FALLBACK_MIN_KEPT = 0.5
+NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i", "mean", "so", "well",
+               "the", "a", "an", "no", "sorry", "wait", "actually", "oh", "uh-huh", "huh", "okay", "ok",
+               "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in"}
+
+
+def content_words(text: str) -> list[str]:
+    """Words of ``text`` that carry content (not fillers, editing terms or function words)."""
+    return [w for w in words_of(text) if w not in NON_CONTENT]
+
+
+def is_faithful(source: str, output: str) -> bool:
+    """Whether a cleanup ``output`` keeps to ``source``: invents no word, keeps most content.
+
+    Fails when ``output`` contains a word absent from ``source`` (case-insensitive), or
+    when ``source`` has :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words and
+    ``output`` keeps fewer than :data:`FALLBACK_MIN_KEPT` of them, or is empty.
+    """
+    src_words = set(words_of(source))
+    out_words = words_of(output)
+    if not out_words:
+        return False
+    if any(w not in src_words for w in out_words):
+        return False
+    content = content_words(source)
+    if len(content) >= FALLBACK_MIN_CONTENT_WORDS:
+        kept = sum(1 for w in content if w in set(out_words))
+        if kept < FALLBACK_MIN_KEPT * len(content):
+            return False
+    return True
+
+
+class CanvasTasks:
+    """Cleanup and replies on a Quicksilver-layout checkpoint.
+
+    Args:
+        loaded: the model from :func:`llm.model.load_diffusion_model` (``layout == "quicksilver"``).
+    """
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.tok = loaded.tokenizer
+        self.ids = cv.SpecialIds(self.tok)
+        ids = self.ids
+        controls = {ids.pad, ids.mask, self.tok.unk_token_id, ids.clean, ids.reply, ids.sep, ids.user, ids.system}
+        controls |= set(self.tok.convert_tokens_to_ids(["[RESERVED]"]))
+        self.cleanup_suppress = sorted(controls | {ids.eos})
+        self.reply_suppress = sorted(controls | {ids.keep, ids.delete})
+        self.max_tokens = min(cv.MAX_CLEANUP_TOKENS, (loaded.max_positions - 2))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of token ids, whitespace normalised."""
+        return " ".join(self.tok.decode(ids, skip_special_tokens=True).split())
+
+    # -- cleanup ------------------------------------------------------------------
+    def chunks(self, text: str) -> list[list[int]]:
+        """Token ids of ``text`` cut into pieces of at most ``max_tokens``: by sentence, then by word."""
+        pieces: list[list[int]] = []
+        for sentence in SENTENCE_END.split(text):
+            ids = self.encode(sentence)
+            if pieces and len(pieces[-1]) + len(ids) <= self.max_tokens:
+                pieces[-1] = pieces[-1] + ids
+                continue
+            while len(ids) > self.max_tokens:
+                cut = self.max_tokens
+                # cut at a word start (byte-level BPE word starts carry a leading space)
+                while cut > self.max_tokens // 2 and not self.tok.convert_ids_to_tokens(ids[cut]).startswith("Ġ"):
+                    cut -= 1
+                pieces.append(ids[:cut])
+                ids = ids[cut:]
+            if ids:
+                pieces.append(ids)
+        return pieces
+
+    def cleanup_batch_drafts(self, texts: Sequence[str], reasoning_effort: str = "low") -> Iterator[list[str]]:
+        """Yield drafts of the cleaned form of each text in ``texts`` (one batch, one canvas per chunk).
+
+        Each draft is a list of ``len(texts)`` strings; edit slots still masked are
+        shown as the input token kept. The last draft is the model's raw result,
+        before the faithfulness check of :meth:`finish_cleanup`.
+        """
+        settings = sampler_settings(reasoning_effort)
+        srcs: list[list[int]] = []
+        owner: list[int] = []
+        for index, text in enumerate(texts):
+            for piece in self.chunks(text):
+                srcs.append(piece)
+                owner.append(index)
+        layouts = [cv.cleanup_layout(s, self.ids) for s in srcs]
+        prompt, canvas, kwargs = self._batch(layouts)
+        gen_length = canvas.shape[1]
+
+        def render(x: torch.Tensor) -> list[str]:
+            out = [[] for _ in texts]
+            body = x[:, prompt.shape[1]:].tolist()
+            for row, src in enumerate(srcs):
+                slots = [self.ids.keep if t == self.ids.mask else t for t in body[row][: 2 * len(src)]]
+                slots[1::2] = [self.ids.delete if t == self.ids.keep else t for t in slots[1::2]]
+                out[owner[row]].extend(cv.decode_cleanup(src, slots, self.ids))
+            return [self.decode(o) for o in out]
+
+        for x, _ in denoising_steps(
+            self.loaded.model, prompt, gen_length, self.ids.mask,
+            steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
+            remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.cleanup_suppress,
+            canvas=canvas,
+        ):
+            yield render(x)
+
+    def finish_cleanup(self, source: str, output: str) -> str:
+        """The model's ``output`` if :func:`is_faithful` to ``source``, else :func:`rule_cleanup` of it."""
+        if is_faithful(source, output):
+            return output
+        return rule_cleanup(source) or source
+
+    def cleanup_drafts(self, transcript: str, reasoning_effort: str = "low") -> Iterator[str]:
+        """Drafts of the cleaned ``transcript``; the last one passed the faithfulness check."""
+        text = check_text(transcript, "transcript")
+        last = None
+        for draft in self.cleanup_batch_drafts([text], reasoning_effort):
+            if last is not None:
+                yield last
+            last = draft[0]
+        yield self.finish_cleanup(text, last)
+
+    def cleanup_batch(self, texts: Sequence[str], reasoning_effort: str = "low") -> list[str]:
+        """Cleaned forms of ``texts`` in one batched sampling run (each checked for faithfulness)."""
+        texts = [check_text(t, "transcript") for t in texts]
+        result = None
+        for result in self.cleanup_batch_drafts(texts, reasoning_effort):
+            pass
+        return [self.finish_cleanup(t, o) for t, o in zip(texts, result)]
+
+    # -- replies ----------------------------------------------------------------
+    def reply_drafts(self, history: Sequence[Turn], user_text: str, reasoning_effort: str = "low") -> Iterator[str]:
+        """Drafts of a reply to ``user_text``; the model sees the last assistant turn of ``history``."""
+        settings = sampler_settings(reasoning_effort)
+        user = check_text(user_text, "user_text")
+        previous = next((t.text for t in reversed(history) if t.role == "assistant"), "")
+        layout = cv.reply_layout(self.encode(previous), self.encode(user), self.ids)
+        prompt, canvas, kwargs = self._batch([layout])
+        text = ""
+        for x, _ in denoising_steps(
+            self.loaded.model, prompt, canvas.shape[1], self.ids.mask,
+            steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
+            remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.reply_suppress,
+            canvas=canvas,
+        ):
+            if text:
+                yield text
+            text = self._reply_text(x[0, prompt.shape[1]:])
+        yield text or FALLBACK_REPLY
+
+    def _reply_text(self, body: torch.Tensor) -> str:
+        text = self.decode(cv.decode_reply(body.tolist(), self.ids))
+        sentences = SENTENCE_END.split(text)
+        return " ".join(sentences[:2])
+
+    # -- batching -----------------------------------------------------------------
+    def _batch(self, layouts: list[cv.Layout]) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Left-pad prompts and right-pad canvases so every row's canvas starts at one column."""
+        pmax = max(l.prompt_length for l in layouts)
+        cmax = max(len(l.input_ids) - l.prompt_length for l in layouts)
+        rows, pos, typ, att = [], [], [], []
+        pad = self.ids.pad
+        for l in layouts:
+            p, c = l.prompt_length, len(l.input_ids) - l.prompt_length
+            lp, rp = pmax - p, cmax - c
+            rows.append([pad] * lp + l.input_ids.tolist() + [pad] * rp)
+            pos.append([0] * lp + l.position_ids.tolist() + [0] * rp)
+            typ.append([0] * lp + l.token_type_ids.tolist() + [0] * rp)
+            att.append([0] * lp + [1] * (p + c) + [0] * rp)
+        device = self.loaded.device
+        x = torch.tensor(rows, device=device)
+        kwargs = {
+            "position_ids": torch.tensor(pos, device=device),
+            "token_type_ids": torch.tensor(typ, device=device),
+            "attention_mask": torch.tensor(att, device=device),
+        }
+        return x[:, :pmax], x[:, pmax:], kwargs
