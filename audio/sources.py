@@ -37,6 +37,7 @@ class FileSource:
         frame_ms: frame length in milliseconds.
         tail_silence_ms: digital silence appended after the file so a speech that runs to the very
             end of the recording still reaches the endpoint the way live speech would.
+        channel: ``None`` averages the channels; an index plays one channel.
     """
 
     def __init__(
@@ -47,8 +48,10 @@ class FileSource:
         raw_rate_hz: int | None = None,
         frame_ms: int = DEFAULT_FRAME_MS,
         tail_silence_ms: int = 0,
+        channel: int | None = None,
     ) -> None:
         self.path = path
+        self.channel = channel
         self.realtime = realtime
         self.raw_rate_hz = raw_rate_hz
         self.frame_samples = PIPELINE_RATE_HZ * frame_ms // 1000
@@ -56,7 +59,7 @@ class FileSource:
 
     def _blocks(self) -> Iterator[np.ndarray]:
         """Decoded float32 blocks, then the tail silence."""
-        yield from iter_decoded_blocks(self.path, raw_rate_hz=self.raw_rate_hz)
+        yield from iter_decoded_blocks(self.path, raw_rate_hz=self.raw_rate_hz, channel=self.channel)
         if self.tail_silence_samples:
             yield np.zeros(self.tail_silence_samples, dtype=np.float32)
 

@@ -60,17 +60,20 @@ class VadConfig:
 
     Attributes:
         threshold: speech probability that starts speech (Silero's default, 0.5).
-        min_silence_ms: endpoint hangover: silence needed to end an utterance. 500 ms keeps the
-            within-sentence pauses of the clean samples inside one utterance (the longest
-            measured pause inside a sentence is jfk.wav's ≈ 400 ms after "Americans"), while
-            ending a turn soon after the speaker stops.
+        min_silence_ms: endpoint hangover: silence that ends an utterance. Measured on the clean
+            samples (tiny.en, concatenated finals; ``bench/v2v.py --sweep-hangover``): at 300 and
+            500 ms "one two three" (pauses of 0.64–0.70 s between the words) is cut into single
+            words, one of which is rejected as unclear (WER 33 %); from 700 ms it stays one
+            utterance (WER 0 %). jfk.wav's 1.1 s rhetorical pauses split it at any value below
+            1.2 s (WER 9 % either way). 700 ms is the shortest hangover without the split; every
+            millisecond of it is part of voice-to-voice latency.
         speech_pad_ms: audio kept before the start and after the end of speech for the ASR.
         min_speech_ms: voiced runs shorter than this are dropped as clicks/noise.
         max_speech_s: an utterance is cut at this length (Whisper's 30 s window).
     """
 
     threshold: float = 0.5
-    min_silence_ms: int = 500
+    min_silence_ms: int = 700
     speech_pad_ms: int = 200
     min_speech_ms: int = 250
     max_speech_s: float = 28.0
