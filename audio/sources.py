@@ -121,6 +121,11 @@ class QueueSource:
 
     async def end(self) -> None:
         """Mark the end of the input; iteration stops after the queued frames."""
+        if self._resampler is not None:  # the resampler's delay line still holds the last samples
+            tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+            self._resampler = None
+            if len(tail):
+                await self.push(tail)
         await self._queue.put(_END)
 
     async def __aiter__(self) -> AsyncIterator[AudioFrame]:
