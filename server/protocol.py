@@ -28,6 +28,8 @@ FORMATS = ("pcm16",)
 REASONING_EFFORTS = ("low", "medium", "high")
 MAX_TEXT_CHARS = 2000
 """Longest ``input.text`` / ``cleanup.request`` text."""
+MAX_MESSAGE_BYTES = 2**20
+"""Largest message a client may send (1 MiB); a larger one closes the connection with 1009."""
 MIN_SILENCE_MS_RANGE = (300, 2000)
 """Accepted endpoint hangover (``min_silence_ms``) in milliseconds."""
 

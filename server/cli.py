@@ -1,0 +1,71 @@
+"""``quicksilver serve``: the websocket voice server and its browser client.
+
+Exit codes: 0 stopped, 2 bad command line, 3 a model failed to load, 5 the address is in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+EXIT_MODEL, EXIT_ADDRESS = 3, 5
+
+
+def register(subparsers) -> None:
+    """Add the ``serve`` command to the ``quicksilver`` parser."""
+    p = subparsers.add_parser(
+        "serve", help="run the websocket voice server and browser client",
+        description="Serve voice sessions over websockets (/ws, protocol in docs/protocol.md) and the "
+        "browser client (/), with /healthz and /metrics. Binds loopback by default.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: %(default)s; 0 = any free port)")
+    p.add_argument("--max-sessions", type=int, default=16, help="open sessions at most (default: %(default)s)")
+    p.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
+                   help="close a session after S seconds without traffic (default: %(default)s)")
+    p.add_argument("--token", default=os.environ.get("QUICKSILVER_TOKEN"),
+                   help="shared secret required on /ws and /metrics (default: $QUICKSILVER_TOKEN)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="accept websocket connections from this browser origin too (repeatable)")
+    p.add_argument("--llm", choices=("local", "openai"), default="local", help="LM backend (default: %(default)s)")
+    p.add_argument("--llm-model", help="local checkpoint folder / hub id, or the OpenAI-compatible model name")
+    p.add_argument("--llm-base-url", help="base URL of an OpenAI-compatible server")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="device of the local LM (default: CUDA if available)")
+    p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
+    p.add_argument("--tts-voice", help="Piper .onnx voice (default: bundled en_US-joe-medium)")
+    p.set_defaults(func=serve_command)
+
+
+def serve_command(args) -> int:
+    from server.app import ServerConfig, VoiceServer
+    from server.models import ModelOptions, load_pipeline
+    from server.session import SessionLimits
+
+    if args.max_sessions < 1 or args.idle_timeout <= 0 or not 0 <= args.port < 65536:
+        print("error: --max-sessions ≥ 1, --idle-timeout > 0 and --port in [0, 65535] required", file=sys.stderr)
+        return 2
+    print("loading models …", file=sys.stderr, flush=True)
+    try:
+        pipeline = load_pipeline(ModelOptions(args.llm, args.llm_model, args.llm_base_url, args.device,
+                                              args.asr_model, args.tts_voice))
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
+        print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_MODEL
+    config = ServerConfig(host=args.host, port=args.port, max_sessions=args.max_sessions, token=args.token or None,
+                          allowed_origins=tuple(args.allow_origin), limits=SessionLimits(idle_timeout_s=args.idle_timeout))
+
+    async def main() -> None:
+        server = VoiceServer(pipeline, config)
+        await server.start()
+        print(f"serving on http://{args.host}:{server.port}/ (websocket: ws://{args.host}:{server.port}/ws)",
+              file=sys.stderr, flush=True)
+        await server.serve_forever()
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_ADDRESS
+    return 0
