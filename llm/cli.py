@@ -37,6 +37,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs/checkpoint")
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    p.add_argument("--stop-at", type=int, default=None, help="stop (and save) at this step of the schedule")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_train)
@@ -81,7 +82,7 @@ def run_train(args) -> int:
     from llm.train import TrainConfig, train
 
     logging.getLogger().setLevel(logging.INFO)
-    folder = train(TrainConfig(out=args.out, steps=args.steps, minutes=args.minutes,
+    folder = train(TrainConfig(out=args.out, steps=args.steps, minutes=args.minutes, stop_at=args.stop_at,
                                batch_size=args.batch_size, seed=args.seed))
     print(f"checkpoint saved to {folder}")
     return 0

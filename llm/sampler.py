@@ -55,6 +55,7 @@ def generate(
     canvas: torch.Tensor | None = None,
     callback: StepCallback | None = None,
     generator: torch.Generator | None = None,
+    logits_hook: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Fill ``gen_length`` masked positions after ``prompt_ids``.
 
@@ -82,6 +83,8 @@ def generate(
         callback: called after every denoising step with ``(step, x)``; returning
             ``False`` stops early (one more pass fills what is still masked).
         generator: random source for ``random`` remasking and temperature sampling.
+        logits_hook: edits the ``(batch, length, vocab)`` float logits in place before
+            each prediction (e.g. a minimum length: no end-of-sequence at the first slot).
 
     Returns:
         ``(x, forward_passes)``: ``x`` of shape ``(batch, prompt_length + gen_length)``
@@ -91,7 +94,8 @@ def generate(
         ValueError: bad ``remasking``, ``gen_length``, ``steps``, ``block_length`` or ``threshold``.
     """
     steps_iter = denoising_steps(model, prompt_ids, gen_length, mask_id, steps, block_length, remasking,
-                                 threshold, temperature, model_kwargs, suppress_ids, canvas, generator)
+                                 threshold, temperature, model_kwargs, suppress_ids, canvas, generator,
+                                 logits_hook)
     x, passes = prompt_ids, 0
     for step, (x, passes) in enumerate(steps_iter, start=1):
         if callback is not None and callback(step, x) is False:
@@ -120,6 +124,7 @@ def denoising_steps(
     suppress_ids: Sequence[int] = (),
     canvas: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    logits_hook: Callable[[torch.Tensor], None] | None = None,
 ) -> Iterator[tuple[torch.Tensor, int]]:
     """The reverse process as a generator: yields ``(x, forward_passes)`` after every step.
 
@@ -165,6 +170,8 @@ def denoising_steps(
             logits = model(input_ids=x, **kwargs).logits.float()
             passes += 1
             logits[..., banned] = float("-inf")
+            if logits_hook is not None:
+                logits_hook(logits)
             if temperature > 0:
                 uniform = torch.rand(logits.shape, generator=generator, device=device).clamp_min(1e-20)
                 prediction = (logits / temperature - torch.log(-torch.log(uniform))).argmax(dim=-1)

@@ -29,7 +29,9 @@ FALLBACK_MIN_CONTENT_WORDS = 4
 FALLBACK_MIN_KEPT = 0.5
 NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i", "mean", "so", "well",
                "the", "a", "an", "no", "sorry", "wait", "actually", "oh", "uh-huh", "huh", "okay", "ok",
-               "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in"}
+               "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in", "for", "at",
+               "on", "with", "by", "from", "be", "are", "was", "were", "do", "does", "did", "can", "could",
+               "would", "will", "me", "my", "we", "our", "your", "this", "there", "some", "any", "i'm", "i'd"}
 
 
 def content_words(text: str) -> list[str]:
@@ -176,7 +178,7 @@ class CanvasTasks:
             self.loaded.model, prompt, canvas.shape[1], self.ids.mask,
             steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
             remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.reply_suppress,
-            canvas=canvas,
+            canvas=canvas, logits_hook=lambda logits: logits[:, prompt.shape[1], self.ids.eos].fill_(float("-inf")),
         ):
             if text:
                 yield text

@@ -39,11 +39,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters of one training run (defaults: the shipped checkpoint)."""
+    """Hyper-parameters of one training run (defaults: the shipped checkpoint).
+
+    ``steps`` sets the learning-rate schedule; ``stop_at`` (a step) or ``minutes`` end
+    the run early, saving the checkpoint there.
+    """
 
     out: str = "runs/checkpoint"
     steps: int = 3000
     minutes: float | None = None
+    stop_at: int | None = None
     batch_size: int = 32
     lr: float = 4e-4
     warmup_steps: int = 200
@@ -195,7 +200,8 @@ def train(cfg: TrainConfig) -> Path:
         optimizer.step()
         smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
         last = step == cfg.steps - 1
-        out_of_time = cfg.minutes is not None and time.monotonic() - t0 > cfg.minutes * 60
+        out_of_time = (cfg.minutes is not None and time.monotonic() - t0 > cfg.minutes * 60) or (
+            cfg.stop_at is not None and step + 1 >= cfg.stop_at)
         if (step + 1) % cfg.eval_every == 0 or last or out_of_time:
             metrics = evaluate_cleanup(model, tokenizer, dev)
             row = {"step": step + 1, "loss": round(smooth, 4), "minutes": round((time.monotonic() - t0) / 60, 1),

@@ -1,0 +1,140 @@
+"""Cleanup and replies with the shipped checkpoint on real data, and bad input."""
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import jiwer
+import pytest
+
+from llm.backend import Turn
+from llm.data import load_disfl_qa
+from llm.rules import rule_cleanup
+from llm.tasks import FALLBACK_REPLY, is_faithful
+
+
+@pytest.fixture(scope="module")
+def dev_pairs():
+    return load_disfl_qa("dev")[:60]
+
+
+def test_cleanup_moves_disfl_qa_dev_closer_to_reference(shipped_lm, dev_pairs):
+    inputs = [p.disfluent for p in dev_pairs]
+    refs = [p.fluent for p in dev_pairs]
+    outputs = [shipped_lm.cleanup(t, "low") for t in inputs]
+    copy_wer, model_wer = jiwer.wer(refs, inputs), jiwer.wer(refs, outputs)
+    rule_wer = jiwer.wer(refs, [rule_cleanup(t) for t in inputs])
+    assert model_wer < 0.6 * copy_wer, (model_wer, copy_wer)
+    assert model_wer < rule_wer
+    assert all(o.strip() for o in outputs)
+
+
+def test_batched_cleanup_matches_one_at_a_time(shipped_lm, dev_pairs):
+    inputs = [p.disfluent for p in dev_pairs[:12]]
+    assert shipped_lm.cleanup_batch(inputs, "low") == [shipped_lm.cleanup(t, "low") for t in inputs]
+
+
+def test_high_effort_cleanup_drafts_refine(shipped_lm):
+    drafts = list(shipped_lm.cleanup_drafts("um so what is uh what is the capital of france", "high"))
+    assert len(drafts) > 1
+    assert "um" not in drafts[-1].lower().split()
+    assert "France" in drafts[-1] or "france" in drafts[-1]
+
+
+def test_fluent_text_is_left_alone(shipped_lm):
+    text = "What is the weather in San Francisco tomorrow?"
+    assert jiwer.wer(text, shipped_lm.cleanup(text)) <= 0.15
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+def test_reply_is_short_spoken_text(shipped_lm, effort):
+    reply = shipped_lm.respond([Turn("assistant", "What city should I look in?")],
+                               "Find me an Italian restaurant in San Jose.", effort)
+    assert reply and reply != FALLBACK_REPLY
+    assert 2 <= len(reply.split()) <= 60
+    assert "[" not in reply
+
+
+def test_faithfulness_check():
+    src = "What do petrologists no what do unstable isotope studies indicate?"
+    assert is_faithful(src, "What do unstable isotope studies indicate?")
+    assert not is_faithful(src, "What do volcanoes indicate?")  # invents a word
+    assert not is_faithful(src, "What?")  # drops most content
+    assert not is_faithful(src, "")
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "\n\t "])
+def test_empty_input_is_a_value_error(shipped_lm, bad):
+    with pytest.raises(ValueError, match="empty"):
+        shipped_lm.cleanup(bad)
+    with pytest.raises(ValueError, match="empty"):
+        shipped_lm.respond([], bad)
+
+
+def test_unknown_effort_is_a_value_error(shipped_lm):
+    with pytest.raises(ValueError, match="reasoning_effort"):
+        shipped_lm.cleanup("hello there", "maximum")
+
+
+def test_control_characters_and_non_english(shipped_lm):
+    out = shipped_lm.cleanup("uh book a\x00 table\x07 for two")
+    assert out and "\x00" not in out and "\x07" not in out
+    for text in ["Je voudrais réserver une table pour deux", "我想订一张两个人的桌子", "Привет, как дела?"]:
+        out = shipped_lm.cleanup(text)
+        assert out.strip()
+        assert is_faithful(text, out)
+
+
+def test_text_longer_than_the_window_is_cut_into_chunks(shipped_lm):
+    sentence = "um I would like to book a table for two people at seven in the evening. "
+    text = sentence * 40  # about 600 tokens, several times the model window
+    out = shipped_lm.cleanup(text)
+    assert out.count("table") >= 35
+    assert len(out.split()) > 300
+
+
+async def test_async_cleanup_does_not_block_the_loop(shipped_lm):
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    text = "so uh I need I need a rental car in Los Angeles from the fifth to the ninth " * 3
+    results = await asyncio.gather(*(shipped_lm.acleanup(text, "high") for _ in range(2)))
+    task.cancel()
+    assert results[0] == results[1]
+    assert ticks > 5
+
+
+async def test_async_reply_stream_yields_refining_drafts(shipped_lm):
+    drafts = [d async for d in shipped_lm.astream_respond([], "I want to find a movie to watch tonight.", "high")]
+    assert len(drafts) >= 2
+    assert drafts[-1] == shipped_lm.respond([], "I want to find a movie to watch tonight.", "high")
+
+
+async def test_cancelling_a_reply_stream_stops_it(shipped_lm):
+    stream = shipped_lm.astream_respond([], "Play some jazz music in the living room please.", "high")
+    first = await stream.__anext__()
+    assert isinstance(first, str)
+    t0 = time.monotonic()
+    await stream.aclose()
+    assert time.monotonic() - t0 < 2.0
+    # the model is free again for the next caller
+    assert await shipped_lm.acleanup("uh hello") != ""
+
+
+def test_cli_cleanup_is_a_line_filter():
+    lines = "um I want uh a table for two\n\nwhat is the the weather in boston\n"
+    proc = subprocess.run([sys.executable, "-m", "quicksilver", "cleanup", "-"], input=lines,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) == 4
+    assert out[1] == ""
+    assert "table" in out[0] and "weather" in out[2] and "boston" in out[2].lower()
