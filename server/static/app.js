@@ -8,7 +8,7 @@ const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.hos
 
 const state = {
   ws: null, running: false, audioContext: null, micStream: null, capture: null, player: null,
-  retries: 0, voiceToVoice: [], cleanupId: 0, wantSession: false,
+  retries: 0, voiceToVoice: [], finalized: new Set(), cleanupId: 0, wantSession: false,
 };
 window.quicksilver = state; // for debugging and the browser test
 
@@ -63,18 +63,22 @@ function send(obj) {
 }
 
 function startSession() {
-  send({ type: "session.start", sample_rate: 16000, format: "pcm16", channels: 1, reasoning_effort: "low" });
+  // Optional page parameters: ?effort=medium&min_silence_ms=1000&token=…
+  const voice = {};
+  if (params.get("min_silence_ms")) voice.min_silence_ms = Number(params.get("min_silence_ms"));
+  send({ type: "session.start", sample_rate: 16000, format: "pcm16", channels: 1,
+         reasoning_effort: params.get("effort") || "low", voice });
 }
 
 // -- events -------------------------------------------------------------------------------
 
 function onEvent(ev) {
   switch (ev.type) {
-    case "session.started": status(`listening (session ${ev.session_id})`); break;
+    case "session.started": state.finalized.clear(); status(`listening (session ${ev.session_id})`); break;
     case "speech.started": $("interim").textContent = "…"; stopPlayback(); break;
-    case "transcript.interim": $("interim").textContent = ev.text; break;
+    case "transcript.interim": if (!state.finalized.has(ev.turn_id)) $("interim").textContent = ev.text; break;
     case "speech.stopped": break;
-    case "transcript.final": $("interim").textContent = ""; $("final").textContent = ev.text; $("cleaned").textContent = ""; break;
+    case "transcript.final": state.finalized.add(ev.turn_id); $("interim").textContent = ""; $("final").textContent = ev.text; $("cleaned").textContent = ""; break;
     case "transcript.rejected": $("interim").textContent = `(ignored: ${ev.reason})`; break;
     case "transcript.cleaned": $("cleaned").textContent = ev.text; break;
     case "reply.draft":
