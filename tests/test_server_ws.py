@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -90,6 +91,9 @@ async def test_jfk_in_real_time_gives_ordered_events_accurate_transcript_and_rep
     trace = result.of_type("turn.trace")[0]["trace"]
     assert trace["durations"]["voice_to_voice_s"] > 0
     assert result.close_code == 1000
+    metrics = urllib.request.urlopen(server.url + "/metrics", timeout=5).read().decode()
+    assert re.search(r"^quicksilver_turns_total [1-9]", metrics, re.M)
+    assert re.search(r'^quicksilver_stage_latency_seconds_count\{stage="voice_to_voice"\} [1-9]', metrics, re.M)
     print(f"\njfk over /ws: WER {wer:.1%}, voice-to-voice {trace['durations']['voice_to_voice_s'] * 1000:.0f} ms "
           f"(server trace), {result.voice_to_voice_s * 1000:.0f} ms (client), reply audio {result.audio_bytes} bytes")
 
@@ -110,6 +114,50 @@ async def test_two_concurrent_sessions_complete_with_one_set_of_models(server):
     assert load_pipeline.cache_info().currsize == 1
     assert load_whisper_model.cache_info().currsize == 1
     assert server.server.metrics.active_sessions._value.get() == 0
+
+
+async def test_typed_input_is_answered_with_text_and_audio_and_cancel_interrupts_it(server):
+    async with connect(server.ws_url, open_timeout=10) as ws:
+        await started(ws)
+        await ws.send(json.dumps({"type": "input.text", "text": "What can you help me with today?"}))
+        kinds, audio_bytes = [], 0
+        while "turn.trace" not in kinds:
+            message = await asyncio.wait_for(ws.recv(), STEP_TIMEOUT_S)
+            if isinstance(message, bytes):
+                audio_bytes += len(message)
+            else:
+                kinds.append(json.loads(message)["type"])
+        assert_in_order(kinds, ["reply.draft", "reply.text", "audio.start", "audio.end", "turn.trace"])
+        assert audio_bytes > 0
+        # a second typed turn, cancelled as soon as it starts
+        await ws.send(json.dumps({"type": "input.text", "text": "Tell me a long story about the sea."}))
+        assert (await recv_event(ws))["type"] == "reply.draft"
+        await ws.send(json.dumps({"type": "response.cancel"}))
+        kinds = []
+        while "turn.trace" not in kinds:
+            kinds.append((await recv_event(ws))["type"])
+        assert "interrupted" in kinds and "reply.text" not in kinds, kinds
+        await ws.send(json.dumps({"type": "session.end"}))
+        assert (await recv_event(ws))["type"] == "session.ended"
+
+
+async def test_cleanup_requests_are_answered_by_id_and_batched(server):
+    texts = {f"r{i}": text for i, text in enumerate([
+        "so um I want uh a table for two", "I need to I mean I want to fly to boston",
+        "uh what is the the weather tomorrow", "play play some music please"])}
+    async with connect(server.ws_url, open_timeout=10) as ws:
+        for request_id, text in texts.items():
+            await ws.send(json.dumps({"type": "cleanup.request", "id": request_id, "text": text}))
+        await ws.send(json.dumps({"type": "cleanup.request", "id": "bad", "text": "hi", "reasoning_effort": "max"}))
+        answers = {}
+        while len(answers) < len(texts) + 1:
+            event = await recv_event(ws)
+            answers[event["id"]] = event
+    assert answers["bad"]["type"] == "error" and answers["bad"]["code"] == "invalid_field"
+    for request_id in texts:
+        assert answers[request_id]["type"] == "cleanup.result" and answers[request_id]["text"].strip()
+        assert answers[request_id]["latency_ms"] > 0
+    assert max(server.pipeline.lm.batches) > 1, server.pipeline.lm.batches
 
 
 # -- bad input: an error event and the session (or server) still serving ------------------------
@@ -158,7 +206,7 @@ async def test_stereo_44k_bytes_sent_as_16k_mono_do_not_become_a_confident_trans
     stereo = soxr.resample(data, rate, 44100)[: 44100 * 3]
     interleaved = (np.repeat(stereo[:, None], 2, axis=1) * 32767).astype("<i2").tobytes()  # 3 s of 44.1 kHz stereo
     result = await stream_pcm(server.ws_url, interleaved, start={"voice": {"reply": False}}, realtime=False,
-                              tail_silence_s=1.5, wait_reply_s=40)
+                              tail_silence_s=1.5, wait_reply_s=0)
     assert result.close_code == 1000 and result.types[-1] == "session.ended"
     finals = result.of_type("transcript.final")
     rejected = result.of_type("transcript.rejected")
