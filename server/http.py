@@ -40,10 +40,14 @@ def response(status: int, body: bytes | str, content_type: str = "text/plain; ch
 
 def static_file(path: str) -> Response:
     """``/`` → ``index.html``; ``/static/<name>`` → a file of :data:`STATIC_DIR` (no traversal)."""
-    name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/static/")
+    if path in ("/", "/index.html"):
+        name = "index.html"
+    elif path.startswith("/static/"):
+        name = path.removeprefix("/static/")
+    else:
+        return response(404, f"not found: {path}\n")
     target = (STATIC_DIR / name).resolve()
-    if not path.startswith(("/static/", "/index.html")) and path != "/" or STATIC_DIR not in target.parents \
-            or not target.is_file():
+    if STATIC_DIR not in target.parents or not target.is_file():
         return response(404, f"not found: {path}\n")
     content_type = CONTENT_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or "application/octet-stream"
     return response(200, target.read_bytes(), content_type, SECURITY_HEADERS)

@@ -203,8 +203,8 @@ class VoiceConnection:
                 if isinstance(data, str):
                     await self._on_message(self.stream.receive_text(data))
                 else:
-                    await self.source.push(self.stream.receive_audio(data)) if self.source else \
-                        self.stream.receive_audio(data)
+                    audio = self.stream.receive_audio(data)  # raises before session.start
+                    await self.source.push(audio)
             except protocol.ProtocolError as exc:
                 self.send(protocol.protocol_error_message(exc))
 
