@@ -129,13 +129,23 @@ class WhisperRecognizer:
         self.model = load_whisper_model(config.model, config.device, config.compute_type, config.cpu_threads)
         self._lock = threading.Lock()  # one decode at a time: CTranslate2 has one worker anyway
 
+    @property
+    def is_multilingual(self) -> bool:
+        """Whether the model can identify languages (``tiny``, ``small``, …, not ``*.en``)."""
+        return bool(self.model.model.is_multilingual)
+
     def decode(self, samples: np.ndarray) -> Hypothesis:
         """Transcribe mono PCM16 at 16 kHz (``numpy.int16``, shape ``(n,)``)."""
         if samples.dtype != np.int16 or samples.ndim != 1:
             raise ValueError("WhisperRecognizer.decode takes numpy.int16 samples of shape (n,)")
         audio_s = len(samples) / PIPELINE_RATE_HZ
-        language = self.config.language if self.config.language or self.model.is_multilingual else "en"
+        language = self.config.language if self.config.language or self.is_multilingual else "en"
         start = time.perf_counter()
+        if self.is_multilingual and self.config.language:
+            with self._lock:  # language identification: a multilingual model can tell
+                detected, probability, _ = self.model.detect_language(int16_to_float32(samples))
+            if detected != self.config.language and probability > 0.5:
+                return Hypothesis("", 0.0, 0.0, 0.0, audio_s, time.perf_counter() - start, detected)
         if self.config.short_context_s and language and audio_s + 1.0 <= self.config.short_context_s:
             with self._lock:
                 hyp = self._decode_short_context(int16_to_float32(samples), language)
@@ -208,11 +218,16 @@ MAX_TOKENS_PER_S = 12
 
 
 def rejection_reason(hyp: Hypothesis, config: AsrConfig = AsrConfig()) -> str | None:
-    """Why ``hyp`` must not become a turn, or ``None`` when it is a real transcript."""
+    """Why ``hyp`` must not become a turn, or ``None`` when it is a real transcript.
+
+    Known limit: an English-only model (the bundled ``tiny.en``) cannot identify languages; a
+    short fragment of foreign speech can decode as a confident English phrase. A multilingual
+    ``--asr-model`` rejects it by language identification.
+    """
+    if config.language and hyp.language != config.language:
+        return f"not English: language {hyp.language!r}, expected {config.language!r}"
     if not hyp.text or not re.search(r"\w", hyp.text):
         return "no speech"
-    if config.language and hyp.language != config.language:
-        return f"language {hyp.language!r}, expected {config.language!r}"
     if hyp.no_speech_prob > config.max_no_speech_prob:
         return f"no speech (no_speech_prob {hyp.no_speech_prob:.2f} > {config.max_no_speech_prob})"
     if hyp.compression_ratio > config.max_compression_ratio:

@@ -185,11 +185,9 @@ class VoiceSession:
 
     async def _read_source(self, frames: asyncio.Queue) -> None:
         """Stage 1: frames from the source (file, microphone, network)."""
-        try:
-            async for frame in self.source:
-                await frames.put(frame)
-        finally:
-            await frames.put(_END)
+        async for frame in self.source:
+            await frames.put(frame)
+        await frames.put(_END)  # on failure the exception ends the session instead
 
     async def _detect_speech(self, frames: asyncio.Queue, speech: asyncio.Queue) -> None:
         """Stage 2: Silero VAD endpointing; forwards frames and speech start/end; barge-in."""
@@ -264,7 +262,12 @@ class VoiceSession:
         await utterances.put(_END)
 
     async def _publish_interim(self, turn: TurnState, transcriber: StreamingTranscriber) -> None:
-        interim = await transcriber.interim()
+        try:
+            interim = await transcriber.interim()
+        except Exception as exc:  # an interim is optional: report it, keep listening
+            log.exception("interim decode failed")
+            self.publish(PipelineError(turn_id=turn.turn_id, stage="asr", message=f"interim: {exc}"))
+            return
         self.publish(InterimTranscript(turn_id=turn.turn_id, committed=interim.committed, tentative=interim.tentative))
 
     async def _decode_final(self, turn: TurnState, transcriber: StreamingTranscriber, audio):
@@ -296,6 +299,9 @@ class VoiceSession:
             self._replying = utterance.turn
             self._reply_task = asyncio.create_task(self._reply(utterance.turn, utterance.text))
             await asyncio.wait([self._reply_task])  # barge-in cancels the task, not this stage
+            if not self._reply_task.cancelled() and (error := self._reply_task.exception()) is not None:
+                log.error("reply failed", exc_info=error)
+                self.publish(PipelineError(turn_id=utterance.turn.turn_id, stage="reply", message=repr(error)))
             self._reply_task = self._replying = None
             self._finish_turn(utterance.turn)
 
