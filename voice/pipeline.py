@@ -203,10 +203,10 @@ class VoiceSession:
 
     async def _on_vad_event(self, event, turn: TurnState | None, speech: asyncio.Queue) -> TurnState | None:
         if isinstance(event, SpeechStart):
-            self._barge_in(event.detected_s)
             self._turn_ids += 1
             turn = TurnState(self._turn_ids, TurnTrace(self._turn_ids))
             self.publish(SpeechStarted(turn_id=turn.turn_id, stream_s=event.start_s))
+            self._barge_in(event.detected_s)
             await speech.put((event, turn))
             return turn
         if isinstance(event, SpeechPause):
