@@ -113,6 +113,10 @@ async def test_two_concurrent_sessions_complete_with_one_set_of_models(server):
         assert result.audio_bytes > 0 and result.of_type("turn.trace")
     assert load_pipeline.cache_info().currsize == 1
     assert load_whisper_model.cache_info().currsize == 1
+    deadline = time.monotonic() + 2
+    while server.server.connections and time.monotonic() < deadline:  # the server's side of the close
+        await asyncio.sleep(0.02)
+    assert not server.server.connections
     assert server.server.metrics.active_sessions._value.get() == 0
 
 
