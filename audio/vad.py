@@ -150,6 +150,11 @@ class EndpointDetector:
         self.last_probability = 0.0
         self._paused = False
 
+    @property
+    def trailing_silence_s(self) -> float:
+        """Silence since the last voiced window of the current utterance (0 outside speech)."""
+        return max(0.0, self._pending_start_s - self._last_voiced_end_s) if self.in_speech else 0.0
+
     def process(self, frame: AudioFrame) -> list[VadEvent]:
         """Feed one frame; return the events it completes."""
         if frame.sample_rate_hz != PIPELINE_RATE_HZ:

@@ -161,3 +161,29 @@ async def test_noise_and_empty_recordings_produce_no_turn(recognizer, synthesize
         assert await asyncio.wait_for(session.run(), timeout=60) == []
         assert not any(isinstance(e, (FinalTranscript, ReplyText, AudioChunk)) for e in events)
         assert sink.samples_written == 0
+
+
+async def test_replies_started_at_pauses_play_only_after_the_endpoint(recognizer, synthesizer, voice_lm, tmp_path):
+    """jfk.wav live: pauses shorter than the hangover start replies that are dropped when the
+    speech goes on; each turn publishes one reply, and no audio plays before its endpoint."""
+    config = PipelineConfig(turn_taking="barge_in", speculative_reply=True)
+    pipeline = VoicePipeline(voice_lm, synthesizer, recognizer, config)
+    sink = WavFileSink(tmp_path / "reply.wav", synthesizer.sample_rate_hz, realtime=True)
+    source = FileSource(sample("jfk.wav"), realtime=True, tail_silence_ms=1500)
+    session = pipeline.session(source, sink)
+    events = []
+    session.subscribe(events.append)
+    traces = await asyncio.wait_for(session.run(), timeout=60)
+    assert len(traces) == 3
+    for trace in traces:
+        turn = [e for e in events if e.turn_id == trace.turn_id]
+        assert sum(isinstance(e, FinalTranscript) for e in turn) == 1
+        assert sum(isinstance(e, CleanedTranscript) for e in turn) <= 1
+        assert sum(isinstance(e, ReplyText) for e in turn) <= 1
+        final = next(e for e in turn if isinstance(e, FinalTranscript))
+        for e in turn:  # held events are published after the final (stamped when they happened)
+            if isinstance(e, (CleanedTranscript, ReplyText, AudioChunk)):
+                assert turn.index(e) > turn.index(final)
+        if trace.first_tts_audio is not None:
+            assert trace.first_tts_audio >= trace.endpoint
+            assert trace.cleanup_start < trace.endpoint  # the LM started during the hangover

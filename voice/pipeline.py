@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 _END = None  # end-of-stream marker on every queue
 PLAYBACK_CHUNK_S = 0.1
+INTERIM_SILENCE_S = 0.1
+"""No interim decode starts after this much trailing silence: the final decode starts soon."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class PipelineConfig:
         interims: publish interim transcripts while the user speaks.
         history_turns: user/assistant exchanges kept as LM context.
         queue_frames: capacity of the frame queues (32 ms frames: 64 ≈ 2 s).
+        speculative_reply: with ``barge_in``, start cleanup, reply and synthesis at the VAD pause
+            (``speech_pad_ms`` into the silence) instead of at the endpoint, holding the reply's
+            events and audio until the endpoint confirms the turn; dropped if the user goes on.
+            The hangover then overlaps the LM and TTS work instead of preceding it.
     """
 
     vad: VadConfig = VadConfig()
@@ -79,6 +85,7 @@ class PipelineConfig:
     interims: bool = True
     history_turns: int = 6
     queue_frames: int = 64
+    speculative_reply: bool = True
 
 
 @dataclass
@@ -93,10 +100,60 @@ class TurnState:
 
 @dataclass
 class Utterance:
-    """The transcribe stage's output: a turn and its accepted final transcript."""
+    """The transcribe stage's output: a turn, its accepted final transcript, and the stream time
+    where its audio was cut (``end_s``, which identifies the decode)."""
 
     turn: TurnState
     text: str
+    end_s: float
+
+
+@dataclass
+class Speculation(Utterance):
+    """A transcript decoded at a pause, before the endpoint: the reply may start, held back."""
+
+
+@dataclass
+class Discard:
+    """The user went on speaking after a pause: drop the reply speculated there."""
+
+
+@dataclass
+class Reply:
+    """A reply in the making: its task, the trace it marks, and its gate.
+
+    A reply started at a pause (speculative) holds its events and audio until the endpoint
+    :meth:`confirm` s the turn; a reply started at the endpoint is confirmed from the start.
+    """
+
+    turn: TurnState
+    end_s: float
+    trace: TurnTrace
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    held: list = field(default_factory=list)
+    task: asyncio.Task | None = None
+
+    def emit(self, session: "VoiceSession", event: Event) -> None:
+        if self.confirmed.is_set():
+            session.publish(event)
+        else:
+            self.held.append(event)
+
+    def confirm(self, session: "VoiceSession") -> None:
+        """The endpoint confirmed the turn: adopt its ASR marks, release held events and audio."""
+        asr = self.turn.trace
+        for name in ("speech_end", "endpoint", "asr_start", "asr_final"):
+            setattr(self.trace, name, getattr(asr, name))
+        self.trace.hangover_s, self.trace.asr_audio_s, self.trace.asr_decode_s = asr.hangover_s, asr.asr_audio_s, asr.asr_decode_s
+        self.turn.trace = self.trace
+        self.confirmed.set()
+        for event in self.held:
+            session.publish(event)
+        self.held.clear()
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
 
 
 class VoicePipeline:
@@ -144,6 +201,7 @@ class VoiceSession:
         self.traces: list[TurnTrace] = []
         self._subscribers: list[Callable[[Event], None]] = []
         self._reply_task: asyncio.Task | None = None
+        self._detector: EndpointDetector | None = None
         self._replying: TurnState | None = None
         self._turn_ids = 0
 
@@ -191,7 +249,7 @@ class VoiceSession:
 
     async def _detect_speech(self, frames: asyncio.Queue, speech: asyncio.Queue) -> None:
         """Stage 2: Silero VAD endpointing; forwards frames and speech start/end; barge-in."""
-        detector = EndpointDetector(self.config.vad)
+        detector = self._detector = EndpointDetector(self.config.vad)
         turn: TurnState | None = None
         while (frame := await frames.get()) is not _END:
             await speech.put(frame)
@@ -240,7 +298,8 @@ class VoiceSession:
                     continue
                 transcriber.extend(item.samples)
                 idle = interim is None or interim.done()
-                if self.config.interims and early_final is None and idle and transcriber.interim_due():
+                voiced = self._detector.trailing_silence_s < INTERIM_SILENCE_S  # keep Whisper free for the final
+                if self.config.interims and early_final is None and idle and voiced and transcriber.interim_due():
                     interim = asyncio.create_task(self._publish_interim(turn, transcriber))
                 continue
             event, turn = item
@@ -249,16 +308,20 @@ class VoiceSession:
                 transcriber.extend(preroll.slice(event.start_s))
                 continue
             audio = transcriber.audio()[: round((event.end_s - event.start_s) * PIPELINE_RATE_HZ)]
+            if early_final is not None and early_final[0] != event.end_s:
+                await utterances.put(Discard())  # speech went on after the last pause
+                early_final = None
             if isinstance(event, SpeechPause):
-                early_final = (event.end_s, asyncio.create_task(self._decode_final(turn, transcriber, audio)))
+                decode = asyncio.create_task(self._decode_at_pause(turn, transcriber, audio, event.end_s, utterances))
+                early_final = (event.end_s, decode)
                 continue
             # SpeechEnd: the endpoint. Use the decode started at the pause if it covers this end.
-            if early_final is not None and early_final[0] == event.end_s:
+            if early_final is not None:
                 decode = early_final[1]
             else:
                 decode = asyncio.create_task(self._decode_final(turn, transcriber, audio))
             transcriber = interim = early_final = None
-            await self._finalize(turn, await decode, utterances)
+            await self._finalize(turn, await decode, event.end_s, utterances)
         await utterances.put(_END)
 
     async def _publish_interim(self, turn: TurnState, transcriber: StreamingTranscriber) -> None:
@@ -276,7 +339,20 @@ class VoiceSession:
         hyp, rejected = await transcriber.final(audio)
         return hyp, rejected, started, time.monotonic()
 
-    async def _finalize(self, turn: TurnState, decoded, utterances: asyncio.Queue) -> None:
+    async def _decode_at_pause(self, turn, transcriber, audio, end_s: float, utterances: asyncio.Queue):
+        """The final decode started at a pause; an accepted transcript may start a held reply."""
+        decoded = await self._decode_final(turn, transcriber, audio)
+        hyp, rejected = decoded[0], decoded[1]
+        if not rejected and self._speculates:
+            await utterances.put(Speculation(turn, hyp.text, end_s))
+        return decoded
+
+    @property
+    def _speculates(self) -> bool:
+        c = self.config
+        return c.reply and c.speculative_reply and c.turn_taking == "barge_in"
+
+    async def _finalize(self, turn: TurnState, decoded, end_s: float, utterances: asyncio.Queue) -> None:
         hyp, rejected, started, finished = decoded
         trace = turn.trace
         trace.mark("asr_start", started)
@@ -291,65 +367,95 @@ class VoiceSession:
         if not self.config.reply:
             self._finish_turn(turn)
             return
-        await utterances.put(Utterance(turn, hyp.text))
+        await utterances.put(Utterance(turn, hyp.text, end_s))
 
     async def _converse(self, utterances: asyncio.Queue) -> None:
-        """Stage 4: for each utterance, LM cleanup → LM reply → TTS → sink, as a cancellable task."""
-        while (utterance := await utterances.get()) is not _END:
-            self._replying = utterance.turn
-            self._reply_task = asyncio.create_task(self._reply(utterance.turn, utterance.text))
-            await asyncio.wait([self._reply_task])  # barge-in cancels the task, not this stage
-            if not self._reply_task.cancelled() and (error := self._reply_task.exception()) is not None:
+        """Stage 4: for each turn, LM cleanup → LM reply → TTS → sink, as a cancellable task.
+
+        A :class:`Speculation` starts a held reply; the turn's :class:`Utterance` confirms it (same
+        cut) or replaces it; :class:`Discard` drops it.
+        """
+        pending: Reply | None = None
+        while (item := await utterances.get()) is not _END:
+            if isinstance(item, Speculation):
+                if pending is not None:
+                    pending.cancel()
+                pending = self._start_reply(item, confirmed=False)
+                continue
+            if isinstance(item, Discard):
+                if pending is not None:
+                    pending.cancel()
+                pending = None
+                continue
+            if pending is not None and pending.turn is item.turn and pending.end_s == item.end_s:
+                reply = pending
+                reply.confirm(self)
+            else:
+                if pending is not None:
+                    pending.cancel()
+                reply = self._start_reply(item, confirmed=True)
+            pending = None
+            self._replying, self._reply_task = item.turn, reply.task
+            await asyncio.wait([reply.task])  # barge-in cancels the task, not this stage
+            if not reply.task.cancelled() and (error := reply.task.exception()) is not None:
                 log.error("reply failed", exc_info=error)
-                self.publish(PipelineError(turn_id=utterance.turn.turn_id, stage="reply", message=repr(error)))
+                self.publish(PipelineError(turn_id=item.turn.turn_id, stage="reply", message=repr(error)))
             self._reply_task = self._replying = None
-            self._finish_turn(utterance.turn)
+            self._finish_turn(item.turn)
+
+    def _start_reply(self, utterance: Utterance, confirmed: bool) -> Reply:
+        trace = utterance.turn.trace if confirmed else TurnTrace(utterance.turn.turn_id)
+        reply = Reply(utterance.turn, utterance.end_s, trace)
+        if confirmed:
+            reply.confirmed.set()
+        reply.task = asyncio.create_task(self._reply(reply, utterance.text))
+        return reply
 
     # -- one reply ----------------------------------------------------------------------------
 
-    async def _reply(self, turn: TurnState, transcript: str) -> None:
-        lm, effort, trace = self.pipeline.lm, self.config.reasoning_effort, turn.trace
+    async def _reply(self, reply: Reply, transcript: str) -> None:
+        lm, effort, trace, turn_id = self.pipeline.lm, self.config.reasoning_effort, reply.trace, reply.turn.turn_id
         try:
             user_text = transcript
             if self.config.cleanup:
                 trace.mark("cleanup_start")
                 user_text = (await lm.acleanup(transcript, effort)).strip() or transcript
                 trace.mark("cleanup_done")
-                self.publish(CleanedTranscript(turn_id=turn.turn_id, text=user_text))
+                reply.emit(self, CleanedTranscript(turn_id=turn_id, text=user_text))
             sentences: asyncio.Queue = asyncio.Queue(8)
             async with asyncio.TaskGroup() as tg:
-                reply = tg.create_task(self._generate_reply(turn, user_text, sentences))
-                tg.create_task(self._speak(turn, sentences))
-            self.history += [Turn("user", user_text), Turn("assistant", reply.result())]
+                text = tg.create_task(self._generate_reply(reply, user_text, sentences))
+                tg.create_task(self._speak(reply, sentences))
+            self.history += [Turn("user", user_text), Turn("assistant", text.result())]
             del self.history[: -2 * self.config.history_turns]
         except* (LanguageModelError, ValueError) as group:
-            self.publish(PipelineError(turn_id=turn.turn_id, stage="llm", message=str(group.exceptions[0])))
+            reply.emit(self, PipelineError(turn_id=turn_id, stage="llm", message=str(group.exceptions[0])))
 
-    async def _generate_reply(self, turn: TurnState, user_text: str, sentences: asyncio.Queue) -> str:
+    async def _generate_reply(self, reply: Reply, user_text: str, sentences: asyncio.Queue) -> str:
         """LM reply drafts → settled sentences on ``sentences``; returns the final reply text."""
-        trace, stable, draft, index = turn.trace, StableSentences(), "", 0
+        trace, turn_id, stable, draft, index = reply.trace, reply.turn.turn_id, StableSentences(), "", 0
         trace.mark("llm_start")
         try:
             async for draft in self.pipeline.lm.astream_respond(self.history, user_text, self.config.reasoning_effort):
                 trace.mark("first_reply_draft")
-                self.publish(ReplyDraft(turn_id=turn.turn_id, text=draft, index=index))
+                reply.emit(self, ReplyDraft(turn_id=turn_id, text=draft, index=index))
                 index += 1
                 for sentence in stable.update(draft):
                     await sentences.put(sentence)
             trace.mark("reply_done")
             if not draft.strip():
                 raise LanguageModelError("the language model returned an empty reply")
-            self.publish(ReplyText(turn_id=turn.turn_id, text=draft.strip()))
+            reply.emit(self, ReplyText(turn_id=turn_id, text=draft.strip()))
             for sentence in stable.finish(draft):
                 await sentences.put(sentence)
         finally:
             await sentences.put(_END)
         return draft.strip()
 
-    async def _speak(self, turn: TurnState, sentences: asyncio.Queue) -> None:
+    async def _speak(self, reply: Reply, sentences: asyncio.Queue) -> None:
         """Synthesise each sentence (worker thread) and play it; the first plays while the rest
-        is synthesised."""
-        synthesizer, trace = self.pipeline.synthesizer, turn.trace
+        is synthesised. Nothing plays before the turn is confirmed."""
+        synthesizer, trace, turn_id = self.pipeline.synthesizer, reply.trace, reply.turn.turn_id
         rate = synthesizer.sample_rate_hz
         played_s = 0.0
         while (sentence := await sentences.get()) is not _END:
@@ -362,12 +468,13 @@ class VoiceSession:
                     break
                 trace.tts_synth_s += time.perf_counter() - started
                 trace.tts_audio_s += len(pcm) / rate
+                await reply.confirmed.wait()
                 step = int(PLAYBACK_CHUNK_S * rate)
                 for i in range(0, len(pcm), step):
                     frame = AudioFrame(pcm[i : i + step], rate, played_s)
                     played_s += frame.duration_s
                     trace.mark("first_tts_audio")
-                    self.publish(AudioChunk(turn_id=turn.turn_id, frame=frame, text=sentence))
+                    self.publish(AudioChunk(turn_id=turn_id, frame=frame, text=sentence))
                     if self.sink is not None:
                         await self.sink.write(frame)
         trace.mark("tts_done")
