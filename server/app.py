@@ -39,6 +39,11 @@ class ServerConfig:
         allowed_origins: extra ``Origin`` values accepted on ``/ws``; a browser page of the server
             itself and clients that send no ``Origin`` are always accepted.
         max_message_bytes: largest client message (1 MiB).
+        max_interim_sessions: interim transcripts are sent only while at most this many sessions
+            are open. Each interim re-decodes the utterance so far on the one Whisper model, and
+            finals queue behind them: measured with ``bench/load.py`` (LDC93S1, 2 cores), interims
+            for every session made the final decode the largest part of voice-to-voice from 2
+            sessions on.
         limits: per-session limits.
         worker_threads: size of the thread pool that runs model calls and VAD for all sessions.
     """
@@ -49,6 +54,7 @@ class ServerConfig:
     token: str | None = None
     allowed_origins: tuple[str, ...] = ()
     max_message_bytes: int = protocol.MAX_MESSAGE_BYTES
+    max_interim_sessions: int = 1
     limits: SessionLimits = SessionLimits()
     worker_threads: int = 64
 
@@ -138,7 +144,8 @@ class VoiceServer:
     # -- /ws ---------------------------------------------------------------------------------
 
     async def _handle(self, websocket) -> None:
-        connection = VoiceConnection(websocket, self.pipeline, self.metrics, self.config.limits)
+        connection = VoiceConnection(websocket, self.pipeline, self.metrics, self.config.limits,
+                                     interims_allowed=self._interims_allowed)
         if len(self.connections) >= self.config.max_sessions:
             self.metrics.errors.labels("server_full").inc()
             await websocket.send(protocol.encode(protocol.error_message(
@@ -147,8 +154,18 @@ class VoiceServer:
             await websocket.close(1013, "server full")
             return
         self.connections.add(connection)
+        self._shed_interims()
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
             self.finished.append(connection)
+            self._shed_interims()
+
+    def _interims_allowed(self) -> bool:
+        return len(self.connections) <= self.config.max_interim_sessions
+
+    def _shed_interims(self) -> None:
+        allowed = self._interims_allowed()
+        for connection in self.connections:
+            connection.set_interims(allowed)

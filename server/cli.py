@@ -25,6 +25,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-sessions", type=int, default=16, help="open sessions at most (default: %(default)s)")
     p.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
                    help="close a session after S seconds without traffic (default: %(default)s)")
+    p.add_argument("--max-interim-sessions", type=int, default=1, metavar="N",
+                   help="send interim transcripts only while at most N sessions are open (default: %(default)s)")
     p.add_argument("--token", default=os.environ.get("QUICKSILVER_TOKEN"),
                    help="shared secret required on /ws and /metrics (default: $QUICKSILVER_TOKEN)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
@@ -54,6 +56,7 @@ def serve_command(args) -> int:
         print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL
     config = ServerConfig(host=args.host, port=args.port, max_sessions=args.max_sessions, token=args.token or None,
+                          max_interim_sessions=args.max_interim_sessions,
                           allowed_origins=tuple(args.allow_origin), limits=SessionLimits(idle_timeout_s=args.idle_timeout))
 
     async def main() -> None:

@@ -83,7 +83,8 @@ class VoiceConnection:
         tasks: every task this session started (for the no-task-left check).
     """
 
-    def __init__(self, websocket, pipeline, metrics: ServerMetrics, limits: SessionLimits) -> None:
+    def __init__(self, websocket, pipeline, metrics: ServerMetrics, limits: SessionLimits,
+                 interims_allowed=lambda: True) -> None:
         self.websocket = websocket
         self.pipeline = pipeline
         self.metrics = metrics
@@ -93,6 +94,7 @@ class VoiceConnection:
         self.source: QueueSource | None = None
         self.session = None  # voice.pipeline.VoiceSession after session.start
         self.sink = WebSocketAudioSink(self, limits.audio_lead_s)
+        self.interims_allowed = interims_allowed
         self.tasks: list[asyncio.Task] = []
         self.sent_after_close = 0
         self.closed = False
@@ -229,7 +231,7 @@ class VoiceConnection:
         vad = base.vad if start.min_silence_ms is None else dataclasses.replace(base.vad, min_silence_ms=start.min_silence_ms)
         config = dataclasses.replace(
             base, vad=vad, turn_taking="barge_in", reply=start.reply, cleanup=start.cleanup,
-            interims=start.interims, reasoning_effort=start.reasoning_effort,
+            interims=start.interims and self.interims_allowed(), reasoning_effort=start.reasoning_effort,
         )
         self.source = QueueSource(start.sample_rate_hz)
         self.session = self.pipeline.session(self.source, self.sink if start.reply else None, config)
@@ -242,6 +244,14 @@ class VoiceConnection:
                        "idle_timeout_s": self.limits.idle_timeout_s, "max_text_chars": protocol.MAX_TEXT_CHARS},
         })
         self._start(self._run_pipeline(), "pipeline")
+
+    def set_interims(self, allowed: bool) -> None:
+        """Turn interim transcripts on or off for the rest of the session (load shedding: every
+        interim re-decodes the utterance on the shared Whisper model, which finals wait for)."""
+        if self.session is not None:
+            wanted = allowed and self.stream.start.interims
+            if self.session.config.interims != wanted:
+                self.session.config = dataclasses.replace(self.session.config, interims=wanted)
 
     async def _run_pipeline(self) -> None:
         try:
