@@ -278,6 +278,26 @@ async def test_max_sessions_refuses_one_more_with_server_full(server):
             assert (await recv_event(first))["type"] == "session.ended"
 
 
+async def test_interims_are_shed_while_more_sessions_are_open_than_allowed(server):
+    def interims() -> list[bool]:
+        async def read():
+            return [c.session.config.interims for c in small.server.connections if c.session is not None]
+        return sorted(small.call(read))
+
+    with other_server(server, max_interim_sessions=1) as small:
+        async with connect(small.ws_url, open_timeout=10) as first:
+            await started(first)
+            assert interims() == [True]
+            async with connect(small.ws_url, open_timeout=10) as second:
+                await started(second)
+                assert interims() == [False, False]
+            for _ in range(100):  # the server's side of the second close
+                if interims() == [True]:
+                    break
+                await asyncio.sleep(0.02)
+            assert interims() == [True]
+
+
 async def test_idle_session_is_closed_with_idle_timeout(server):
     with other_server(server, limits=SessionLimits(idle_timeout_s=0.5)) as quick:
         async with connect(quick.ws_url, open_timeout=10) as ws:
