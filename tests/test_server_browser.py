@@ -97,3 +97,49 @@ def test_browser_client_talks_to_the_server(server, browser):
           f"reply {page.text_content('#reply')!r}; played {page.text_content('#played-samples')} samples; "
           f"p50 voice-to-voice {page.text_content('#p50')}")
     page.close()
+
+
+def launch(playwright, microphone_wav: Path, *extra: str):
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True,
+        args=["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--use-fake-device-for-media-stream",
+              f"--use-file-for-fake-audio-capture={microphone_wav}", *extra],
+    )
+
+
+def test_refused_microphone_is_explained_and_typing_still_possible(server, microphone_wav):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright, microphone_wav, "--deny-permission-prompts")
+        page = browser.new_page(bypass_csp=True)
+        page.goto(server.url + "/", timeout=15_000)
+        page.wait_for_function("!document.getElementById('start').disabled", timeout=10_000)
+        page.click("#start")
+        page.wait_for_function("document.getElementById('messages').textContent.includes('permission')", timeout=15_000)
+        assert "refused" in page.text_content("#messages")
+        assert page.text_content("#start") == "Start"
+        browser.close()
+
+
+def test_lost_connection_is_reported_and_the_page_reconnects(server, microphone_wav):
+    from playwright.sync_api import sync_playwright
+
+    first = ServerThread(ServerConfig(port=0), pipeline=server.pipeline).start()
+    port = first.port
+    with sync_playwright() as playwright:
+        browser = launch(playwright, microphone_wav, "--use-fake-ui-for-media-stream")
+        page = browser.new_page(bypass_csp=True)
+        page.goto(first.url + "/", timeout=15_000)
+        page.wait_for_function("!document.getElementById('start').disabled", timeout=10_000)
+        page.click("#start")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('listening')", timeout=15_000)
+        first.stop()  # the server goes away
+        page.wait_for_function("document.getElementById('messages').textContent.includes('Connection lost')", timeout=15_000)
+        second = ServerThread(ServerConfig(port=port), pipeline=server.pipeline).start()
+        try:
+            page.wait_for_function("document.getElementById('messages').textContent.includes('Reconnected')", timeout=20_000)
+            page.wait_for_function("document.getElementById('status').textContent.startsWith('listening')", timeout=10_000)
+        finally:
+            second.stop()
+            browser.close()
