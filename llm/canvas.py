@@ -125,9 +125,23 @@ def cleanup_layout(src: list[int], ids: SpecialIds, tgt: list[int] | None = None
     )
 
 
-def decode_cleanup(src: list[int], canvas: list[int], ids: SpecialIds) -> list[int]:
-    """Output tokens from a filled edit canvas (``2 * len(src)`` ids)."""
-    return apply_edits(src, canvas[0::2], canvas[1::2], ids.keep, ids.delete)
+def decode_cleanup(src: list[int], canvas: list[int], ids: SpecialIds,
+                   word_starts: list[bool] | None = None) -> list[int]:
+    """Output tokens from a filled edit canvas (``2 * len(src)`` ids).
+
+    With ``word_starts`` (one flag per input token: does a word begin here), edits are
+    made word-consistent: a sub-word piece follows the keep/delete decision of its word's
+    first piece, so a word is kept or dropped whole and never cut in the middle.
+    """
+    edits = list(canvas[0::2])
+    if word_starts is not None:
+        head = ids.keep
+        for i, start in enumerate(word_starts):
+            if start:
+                head = edits[i]
+            elif head in (ids.keep, ids.delete) and edits[i] in (ids.keep, ids.delete):
+                edits[i] = head
+    return apply_edits(src, edits, canvas[1::2], ids.keep, ids.delete)
 
 
 def reply_layout(

@@ -40,6 +40,12 @@ def register(sub) -> None:
     p.add_argument("--stop-at", type=int, default=None, help="stop (and save) at this step of the schedule")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=4e-4, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=200)
+    p.add_argument("--reply-fraction", type=float, default=0.3, help="share of batches that are reply examples")
+    p.add_argument("--init-from", default=None, help="continue from this checkpoint folder")
+    p.add_argument("--disfl-weight", type=float, default=None,
+                   help="share of cleanup batches drawn from Disfl-QA (default: uniform over all pairs)")
     p.set_defaults(func=run_train)
 
     p = sub.add_parser("eval", help="evaluate cleanup (Disfl-QA) or replies (SGD) against baselines")
@@ -83,7 +89,9 @@ def run_train(args) -> int:
 
     logging.getLogger().setLevel(logging.INFO)
     folder = train(TrainConfig(out=args.out, steps=args.steps, minutes=args.minutes, stop_at=args.stop_at,
-                               batch_size=args.batch_size, seed=args.seed))
+                               batch_size=args.batch_size, seed=args.seed, lr=args.lr,
+                               warmup_steps=args.warmup_steps, reply_fraction=args.reply_fraction,
+                               init_from=args.init_from, disfl_weight=args.disfl_weight))
     print(f"checkpoint saved to {folder}")
     return 0
 

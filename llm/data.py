@@ -35,10 +35,11 @@ _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 @dataclass(frozen=True)
 class CleanupPair:
-    """A transcript and its fluent, punctuated form."""
+    """A transcript and its fluent, punctuated form; ``source`` names the data set."""
 
     disfluent: str
     fluent: str
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def load_disfl_qa(split: str, data_dir: Path = DATA_DIR) -> list[CleanupPair]:
     """Disfl-QA ``split`` (``train`` or ``dev``) in file order, ``#VALUE!`` rows removed."""
     rows = json.loads((data_dir / "disfl-qa" / f"{split}.json").read_text())
     return [
-        CleanupPair(r["disfluent"].strip(), r["original"].strip())
+        CleanupPair(r["disfluent"].strip(), r["original"].strip(), "disfl-qa")
         for r in rows.values()
         if "#VALUE!" not in r["disfluent"] and "#VALUE!" not in r["original"]
         and r["disfluent"].strip() and r["original"].strip()
@@ -146,7 +147,7 @@ def cleanup_training_pairs(seed: int = 0, sgd_turns: int = 60000) -> list[Cleanu
     pairs = []
     for p in load_disfl_qa("train"):
         pairs.append(p)
-        pairs.append(CleanupPair(asr_style(p.disfluent, rng), p.fluent))
+        pairs.append(CleanupPair(asr_style(p.disfluent, rng), p.fluent, p.source))
     user_turns = [u for d in load_sgd("train") for s, u in d if s == "USER" and 0 < len(u.split()) <= 40]
     rng.shuffle(user_turns)
     pool = user_turns[:5000]
@@ -154,6 +155,6 @@ def cleanup_training_pairs(seed: int = 0, sgd_turns: int = 60000) -> list[Cleanu
         noisy = disfluent_version(clean, rng, pool) if rng.random() < 0.8 else clean
         if rng.random() < 0.4:
             noisy = asr_style(noisy, rng)
-        pairs.append(CleanupPair(noisy, clean))
+        pairs.append(CleanupPair(noisy, clean, "sgd"))
     rng.shuffle(pairs)
     return pairs

@@ -82,6 +82,10 @@ class CanvasTasks:
         """Token ids of ``text`` without special tokens."""
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
+    def word_starts(self, ids: list[int]) -> list[bool]:
+        """Per token: does a word start here (byte-level BPE marks word starts with ``Ġ``)."""
+        return [i == 0 or tok.startswith("Ġ") for i, tok in enumerate(self.tok.convert_ids_to_tokens(ids))]
+
     def decode(self, ids: list[int]) -> str:
         """Text of token ids, whitespace normalised."""
         return " ".join(self.tok.decode(ids, skip_special_tokens=True).split())
@@ -124,13 +128,15 @@ class CanvasTasks:
         prompt, canvas, kwargs = self._batch(layouts)
         gen_length = canvas.shape[1]
 
+        starts = [self.word_starts(src) for src in srcs]
+
         def render(x: torch.Tensor) -> list[str]:
             out = [[] for _ in texts]
             body = x[:, prompt.shape[1]:].tolist()
             for row, src in enumerate(srcs):
                 slots = [self.ids.keep if t == self.ids.mask else t for t in body[row][: 2 * len(src)]]
                 slots[1::2] = [self.ids.delete if t == self.ids.keep else t for t in slots[1::2]]
-                out[owner[row]].extend(cv.decode_cleanup(src, slots, self.ids))
+                out[owner[row]].extend(cv.decode_cleanup(src, slots, self.ids, starts[row]))
             return [self.decode(o) for o in out]
 
         for x, _ in denoising_steps(

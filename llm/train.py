@@ -42,7 +42,9 @@ class TrainConfig:
     """Hyper-parameters of one training run (defaults: the shipped checkpoint).
 
     ``steps`` sets the learning-rate schedule; ``stop_at`` (a step) or ``minutes`` end
-    the run early, saving the checkpoint there.
+    the run early, saving the checkpoint there. ``init_from`` continues from a checkpoint
+    (its tokenizer is kept); ``disfl_weight`` is the share of cleanup batches drawn from
+    Disfl-QA (``None``: uniform over all cleanup pairs).
     """
 
     out: str = "runs/checkpoint"
@@ -60,6 +62,8 @@ class TrainConfig:
     layers: int = 6
     heads: int = 4
     seed: int = 0
+    init_from: str | None = None
+    disfl_weight: float | None = None
     eval_every: int = 500
     eval_items: int = 200
     threads: int = 2
@@ -148,7 +152,12 @@ def train(cfg: TrainConfig) -> Path:
     rng.shuffle(replies)
     texts = [p.disfluent for p in cleanup] + [p.fluent for p in cleanup] + [r.reply for r in replies]
     texts += [r.user for r in replies]
-    tokenizer = train_tokenizer(texts, cfg.vocab_size)
+    if cfg.init_from:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from)
+    else:
+        tokenizer = train_tokenizer(texts, cfg.vocab_size)
     ids = cv.SpecialIds(tokenizer)
 
     def encode(batch_texts):
@@ -156,6 +165,9 @@ def train(cfg: TrainConfig) -> Path:
 
     c_src, c_tgt = encode([p.disfluent for p in cleanup]), encode([p.fluent for p in cleanup])
     cleanup_data = [(s, t) for s, t in zip(c_src, c_tgt) if 0 < len(s) <= cv.MAX_CLEANUP_TOKENS]
+    disfl_data = [(s, t) for s, t, p in zip(c_src, c_tgt, cleanup)
+                  if p.source == "disfl-qa" and 0 < len(s) <= cv.MAX_CLEANUP_TOKENS]
+    disfl_data.sort(key=lambda e: len(e[0]))
     r_sys, r_user, r_reply = encode([r.system for r in replies]), encode([r.user for r in replies]), \
         encode([r.reply for r in replies])
     reply_data = [(a, b, c) for a, b, c in zip(r_sys, r_user, r_reply) if 0 < len(c) < cv.REPLY_LENGTH]
@@ -167,7 +179,10 @@ def train(cfg: TrainConfig) -> Path:
     log.info("data: %d cleanup, %d reply examples; tokenizer %d; %.0fs",
              len(cleanup_data), len(reply_data), len(tokenizer), time.monotonic() - started)
 
-    model = BertForMaskedLM(quicksilver_config(len(tokenizer), cfg.hidden, cfg.layers, cfg.heads))
+    if cfg.init_from:
+        model = BertForMaskedLM.from_pretrained(cfg.init_from)
+    else:
+        model = BertForMaskedLM(quicksilver_config(len(tokenizer), cfg.hidden, cfg.layers, cfg.heads))
     params = sum(p.numel() for p in model.parameters())
     log.info("model: %.2fM parameters", params / 1e6)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -190,7 +205,10 @@ def train(cfg: TrainConfig) -> Path:
         if rng.random() < cfg.reply_fraction:
             batch = [cv.reply_layout(a, b, ids, c) for a, b, c in bucket(reply_data, cfg.batch_size, rng)]
         else:
-            batch = [cv.cleanup_layout(s, ids, t) for s, t in bucket(cleanup_data, cfg.batch_size, rng)]
+            source = cleanup_data
+            if cfg.disfl_weight is not None and rng.random() < cfg.disfl_weight:
+                source = disfl_data
+            batch = [cv.cleanup_layout(s, ids, t) for s, t in bucket(source, cfg.batch_size, rng)]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         loss = mdlm_loss(model, collate(batch, ids.pad), cfg.eps, generator, ids.mask)

@@ -81,3 +81,20 @@ def test_synthetic_disfluencies_keep_the_clean_words():
         words = noisy.split()
         assert len(words) >= len(clean.split())
     assert asr_style("Book 2 tickets, please!", random.Random(1)) in ("book two tickets please", "book 2 tickets please")
+
+
+def test_word_consistent_decoding_keeps_or_drops_whole_words():
+    tok, ids, _ = small_batch()
+    src = tok("Agrippina studies", add_special_tokens=False)["input_ids"]
+    pieces = tok.convert_ids_to_tokens(src)
+    starts = [i == 0 or p.startswith("Ġ") for i, p in enumerate(pieces)]
+    assert len(src) > 2 and not all(starts)  # the name is split into sub-word pieces
+    # the model kept the first piece of every word but deleted a continuation piece
+    canvas = []
+    for i, start in enumerate(starts):
+        canvas += [ids.keep if start or i % 2 else ids.delete, ids.delete]
+    assert cv.decode_cleanup(src, canvas, ids, starts) == src
+    # deleting a word's first piece drops the whole word
+    canvas[0] = ids.delete
+    out = cv.decode_cleanup(src, canvas, ids, starts)
+    assert tok.decode(out).split() == ["studies"]
