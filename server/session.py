@@ -102,6 +102,7 @@ class VoiceConnection:
         self._audio_turn: int | None = None
         self._audio_samples = 0
         self._typed: asyncio.Task | None = None
+        self._speech_start_s: float | None = None
         self._last_activity = time.monotonic()
 
     # -- sending -----------------------------------------------------------------------------
@@ -152,6 +153,14 @@ class VoiceConnection:
                 self.send({"type": "audio.start", "turn_id": event.turn_id, "sample_rate": data["sample_rate_hz"],
                            "format": "pcm16", "channels": 1})
             return
+        if kind == "speech_started":
+            self._speech_start_s = event.stream_s
+        if kind == "speech_stopped" and self._speech_start_s is not None:
+            max_s = self.session.config.vad.max_speech_s
+            if event.speech_end_s - self._speech_start_s >= max_s - 0.05:  # cut by the VAD, not a pause
+                self.send(protocol.error_message(
+                    "utterance_too_long", f"an utterance is cut at {max_s:g} s; what follows is a new turn",
+                    turn_id=event.turn_id))
         if kind == "speech_started" and self._typed is not None and not self._typed.done():
             cancel_reply(self.session, self._typed, self.sink, event.stream_s)  # barge-in on a typed reply
         if kind in ("trace", "interrupted", "error") and self._audio_turn == event.turn_id:

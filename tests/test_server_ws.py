@@ -220,6 +220,17 @@ async def test_stereo_44k_bytes_sent_as_16k_mono_do_not_become_a_confident_trans
     assert not finals, finals
 
 
+async def test_an_utterance_longer_than_the_limit_is_cut_with_a_notice(server):
+    # 32 s of English read with short pauses; a 2 s hangover keeps it one utterance until the cut
+    pcm = pcm16_of(SAMPLES / "silero_en_60s.wav")[: 32 * 16000 * 2]
+    result = await stream_pcm(server.ws_url, pcm, realtime=False,
+                              start={"voice": {"reply": False, "interims": False, "min_silence_ms": 2000}},
+                              wait_reply_s=0)
+    notices = [e for e in result.of_type("error") if e["code"] == "utterance_too_long"]
+    assert notices and "28 s" in notices[0]["message"], result.types
+    assert result.of_type("transcript.final") and result.types[-1] == "session.ended"
+
+
 async def test_disconnect_mid_reply_cancels_every_task_of_the_session_within_1s(server):
     async def task_names() -> set[str]:
         return {t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()}
