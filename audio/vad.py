@@ -27,6 +27,10 @@ WINDOW_SAMPLES = 512
 CONTEXT_SAMPLES = 64
 """Samples of the previous window prepended to each window (Silero v5/v6 input layout)."""
 WINDOW_S = WINDOW_SAMPLES / PIPELINE_RATE_HZ
+STATE_RESET_S = 5.0
+"""Outside speech, the model state is reset after this much audio. Silero's LSTM state drifts on
+long non-speech: after 9.5 min of kitchen noise the onset of "go forward ten meters" scored
+0.03…0.16 for 250 ms (0.68 from a fresh state) and the VAD cut off "go"."""
 
 
 class SileroVAD:
@@ -149,6 +153,7 @@ class EndpointDetector:
         self._last_voiced_end_s = 0.0
         self.last_probability = 0.0
         self._paused = False
+        self._non_speech_s = 0.0
 
     @property
     def trailing_silence_s(self) -> float:
@@ -185,6 +190,10 @@ class EndpointDetector:
         self.last_probability = prob
         pad_s = c.speech_pad_ms / 1000
         if not self.in_speech:
+            self._non_speech_s += WINDOW_S
+            if self._candidate_start_s is None and self._non_speech_s >= STATE_RESET_S:
+                self.vad.reset()
+                self._non_speech_s = 0.0
             if prob >= c.threshold:
                 if self._candidate_start_s is None:
                     self._candidate_start_s = window_start_s
@@ -194,6 +203,7 @@ class EndpointDetector:
                     self._last_voiced_end_s = window_end_s
                     self._candidate_start_s = None
                     self._paused = False
+                    self._non_speech_s = 0.0
                     yield SpeechStart(self._speech_start_s, window_end_s)
             elif prob < c.neg_threshold:
                 self._candidate_start_s = None

@@ -89,3 +89,19 @@ def test_long_speech_is_cut_at_max_speech():
 def test_frames_at_another_rate_are_refused():
     with pytest.raises(ValueError, match="16000 Hz"):
         EndpointDetector().process(AudioFrame(np.zeros(160, np.int16), 8000))
+
+
+def test_onset_after_minutes_of_noise_is_not_late():
+    """Silero's state drifts on long non-speech; the detector resets it (STATE_RESET_S)."""
+    noise = decode_file(sample("noise_doing_the_dishes.wav"))
+    command = decode_file(sample("goforward_16k_s16le.raw"), raw_rate_hz=16000)
+    fresh = [e for e in run_detector_on(command) if isinstance(e, SpeechStart)][0].start_s
+    lead = 2 * len(noise) + 16000
+    audio = np.concatenate([noise, noise, np.zeros(16000, np.int16), command])
+    after_noise = [e for e in run_detector_on(audio) if isinstance(e, SpeechStart)][0].start_s - lead / 16000
+    assert abs(after_noise - fresh) < 0.07  # within two windows of a fresh detector
+
+
+def run_detector_on(samples, config: VadConfig = VadConfig()):
+    detector = EndpointDetector(config)
+    return [e for i in range(0, len(samples), 512) for e in detector.process(AudioFrame(samples[i : i + 512], 16000, i / 16000))]
