@@ -16,6 +16,12 @@ Turn taking (``PipelineConfig.turn_taking``):
   a reply is being produced or played cancels it (LM and TTS) and publishes ``Interrupted``.
 - ``"wait"`` (a recording processed as fast as possible): after each endpoint the recording is
   paused until the reply is done, as if the speaker waited for the answer.
+
+Latency: the VAD announces a pause ``speech_pad_ms`` into the silence, before the endpoint
+(``min_silence_ms``). The final decode starts there and, in ``barge_in`` mode, so do cleanup,
+reply and synthesis (``speculative_reply``); their events and audio are held until the endpoint
+confirms the turn, and dropped if the user goes on speaking. Voice-to-voice latency is then the
+hangover or the processing time, whichever is longer, instead of their sum.
 """
 
 from __future__ import annotations
