@@ -45,8 +45,9 @@ def serve_command(args) -> int:
     from server.models import ModelOptions, load_pipeline
     from server.session import SessionLimits
 
-    if args.max_sessions < 1 or args.idle_timeout <= 0 or not 0 <= args.port < 65536:
-        print("error: --max-sessions ≥ 1, --idle-timeout > 0 and --port in [0, 65535] required", file=sys.stderr)
+    if args.max_sessions < 1 or args.max_interim_sessions < 0 or args.idle_timeout <= 0 or not 0 <= args.port < 65536:
+        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0 and --port in "
+              "[0, 65535] required", file=sys.stderr)
         return 2
     print("loading models …", file=sys.stderr, flush=True)
     try:
