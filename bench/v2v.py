@@ -73,6 +73,7 @@ def run_benchmark(args) -> dict:
     started = time.perf_counter()
     pipeline = VoicePipeline(llm.load_backend(args.llm, args.llm_model, args.llm_base_url, args.device),
                              PiperSynthesizer(), WhisperRecognizer(config.asr), config)
+    pipeline.warm_up()
     load_s = time.perf_counter() - started
     traces = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -100,9 +100,11 @@ def _load_pipeline(args, config):
 
             lm = llm.load_backend(args.llm, args.llm_model, args.llm_base_url, args.device)
         tracer = make_tracer(args.trace_exporter) if args.trace_exporter != "none" else None
+        pipeline = VoicePipeline(lm, synthesizer, recognizer, config, tracer)
+        pipeline.warm_up()
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         raise _ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
-    return VoicePipeline(lm, synthesizer, recognizer, config, tracer)
+    return pipeline
 
 
 class _ModelLoadError(Exception):
@@ -147,6 +149,9 @@ def run_command(args) -> int:
             print(f"no speech detected in {path}")
         elif sink is not None:
             print(f"reply audio: {args.out} ({sink.samples_written / sink.sample_rate_hz:.1f} s)")
+        if traces and not args.realtime:
+            print("(the recording was processed faster than real time, each reply finished before it went on; "
+                  "--realtime gives the latencies a live speaker would see)")
     return 0
 
 

@@ -189,6 +189,19 @@ class VoicePipeline:
         self.config = config
         self.tracer = tracer
 
+    def warm_up(self) -> None:
+        """Run each model once (blocking) so the first turn does not pay one-time costs
+        (ONNX/CTranslate2 first-call allocation, PyTorch kernel selection)."""
+        import numpy as np
+
+        self.recognizer.decode(np.zeros(PIPELINE_RATE_HZ, dtype=np.int16))
+        if self.synthesizer is not None:
+            for _ in self.synthesizer.synthesize("Hello."):
+                pass
+        if self.lm is not None and self.config.reply:
+            self.lm.cleanup("hello there", self.config.reasoning_effort)
+            self.lm.respond([], "hello there", self.config.reasoning_effort)
+
     def session(self, source, sink=None, config: PipelineConfig | None = None) -> "VoiceSession":
         """A conversation reading ``source`` (async iterable of 16 kHz frames) and playing the reply
         audio on ``sink`` (``write``/``interrupt``/``close``; ``None`` = events only)."""
