@@ -89,12 +89,21 @@ def test_browser_client_talks_to_the_server(server, browser):
         page.screenshot(path=str(ARTIFACTS / "browser-client.png"), full_page=True)
         (ARTIFACTS / "browser-console.log").write_text("\n".join(console))
     final = page.text_content("#final")
+    cleaned, reply = page.text_content("#cleaned"), page.text_content("#reply")
+    # the cleanup panel and a typed turn
+    page.fill("#cleanup-text", "so um I want uh a table for two")
+    page.click("#cleanup-run")
+    page.wait_for_function("/\\(\\d+(\\.\\d+)? ms\\)$/.test(document.getElementById('cleanup-result').textContent)", timeout=30_000)
+    page.fill("#typed-text", "What can you help me with?")
+    page.click("#typed button")
+    page.wait_for_function("window.quicksilver.replies >= 2", timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "browser-client-typed-and-cleanup.png"), full_page=True)
     wer = word_error_rate(JFK_TEXT, final)
     assert wer <= 0.20, (wer, final)
     assert page.text_content("#p50") != "–"
     assert not [line for line in console if line.startswith(("error", "pageerror"))], console
-    print(f"\nbrowser: final {final!r} (WER {wer:.1%}); cleaned {page.text_content('#cleaned')!r}; "
-          f"reply {page.text_content('#reply')!r}; played {page.text_content('#played-samples')} samples; "
+    print(f"\nbrowser: final {final!r} (WER {wer:.1%}); cleaned {cleaned!r}; reply {reply!r}; "
+          f"cleanup panel {page.text_content('#cleanup-result')!r}; played {page.text_content('#played-samples')} samples; "
           f"p50 voice-to-voice {page.text_content('#p50')}")
     page.close()
 

@@ -8,7 +8,7 @@ const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.hos
 
 const state = {
   ws: null, running: false, audioContext: null, micStream: null, capture: null, player: null,
-  retries: 0, voiceToVoice: [], finalized: new Set(), cleanupId: 0, wantSession: false,
+  retries: 0, replies: 0, voiceToVoice: [], finalized: new Set(), cleanupId: 0, wantSession: false,
 };
 window.quicksilver = state; // for debugging and the browser test
 
@@ -84,7 +84,7 @@ function onEvent(ev) {
     case "reply.draft":
       $("reply").textContent = ev.text; $("reply").className = "drafting";
       $("draft-step").textContent = `(draft ${ev.index + 1})`; break;
-    case "reply.text": $("reply").textContent = ev.text; $("reply").className = ""; break;
+    case "reply.text": $("reply").textContent = ev.text; $("reply").className = ""; state.replies++; break;
     case "audio.start": ensurePlayer().then(() => state.player.port.postMessage({ type: "rate", sampleRate: ev.sample_rate })); break;
     case "audio.end": break;
     case "interrupted": stopPlayback(); $("reply").textContent += " [interrupted]"; break;
