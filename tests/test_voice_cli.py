@@ -61,3 +61,9 @@ def test_mic_without_audio_device_exits_4_with_a_message():
     done = quicksilver("mic", timeout=60)
     assert done.returncode == 4
     assert "quicksilver mic` needs a microphone" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_model_that_cannot_load_exits_3(tmp_path):
+    done = quicksilver("run", str(sample("jfk.wav")), "--no-reply", "--asr-model", str(tmp_path / "no-model"), timeout=60)
+    assert done.returncode == 3
+    assert "a model failed to load" in done.stderr and "Traceback" not in done.stderr

@@ -56,3 +56,17 @@ def test_stable_sentences_with_diffusion_drafts_that_rewrite_everything():
     assert released == ["Sure."]  # the first sentence settled across two drafts
     assert stable.finish(drafts[-1]) == ["Booked for seven pm."]
     assert stable.released == ["Sure.", "Booked for seven pm."]
+
+
+def test_coqui_backend_reports_what_is_missing(tmp_path):
+    from voice.tts import CoquiSynthesizer, SynthesisError
+
+    with pytest.raises(SynthesisError, match="Coqui TTS is not installed|config.json"):
+        CoquiSynthesizer(str(tmp_path))
+
+
+def test_missing_piper_voice_is_a_clear_error(tmp_path):
+    from voice.tts import PiperSynthesizer, SynthesisError
+
+    with pytest.raises(SynthesisError, match="cannot load Piper voice"):
+        PiperSynthesizer(str(tmp_path / "nope.onnx"))
