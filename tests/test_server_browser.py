@@ -47,26 +47,28 @@ def microphone_wav(tmp_path_factory) -> Path:
     return path
 
 
+def launch(playwright, microphone_wav: Path, *extra: str):
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True,
+        args=["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--use-fake-device-for-media-stream",
+              f"--use-file-for-fake-audio-capture={microphone_wav}", *extra],
+    )
+
+
 @pytest.fixture(scope="module")
-def browser(microphone_wav):
+def playwright():
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-background-networking",
-                "--disable-gpu",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={microphone_wav}",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
-        yield browser
-        browser.close()
+    with sync_playwright() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(playwright, microphone_wav):
+    browser = launch(playwright, microphone_wav, "--use-fake-ui-for-media-stream",
+                     "--autoplay-policy=no-user-gesture-required")
+    yield browser
+    browser.close()
 
 
 def test_browser_client_talks_to_the_server(server, browser):
@@ -108,19 +110,9 @@ def test_browser_client_talks_to_the_server(server, browser):
     page.close()
 
 
-def launch(playwright, microphone_wav: Path, *extra: str):
-    return playwright.chromium.launch(
-        executable_path=CHROMIUM, headless=True,
-        args=["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--use-fake-device-for-media-stream",
-              f"--use-file-for-fake-audio-capture={microphone_wav}", *extra],
-    )
-
-
-def test_refused_microphone_is_explained_and_typing_still_possible(server, microphone_wav):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch(playwright, microphone_wav, "--deny-permission-prompts")
+def test_refused_microphone_is_explained(server, playwright, microphone_wav):
+    browser = launch(playwright, microphone_wav, "--deny-permission-prompts")
+    try:
         page = browser.new_page(bypass_csp=True)
         page.goto(server.url + "/", timeout=15_000)
         page.wait_for_function("!document.getElementById('start').disabled", timeout=10_000)
@@ -128,16 +120,16 @@ def test_refused_microphone_is_explained_and_typing_still_possible(server, micro
         page.wait_for_function("document.getElementById('messages').textContent.includes('permission')", timeout=15_000)
         assert "refused" in page.text_content("#messages")
         assert page.text_content("#start") == "Start"
+    finally:
         browser.close()
 
 
-def test_lost_connection_is_reported_and_the_page_reconnects(server, microphone_wav):
-    from playwright.sync_api import sync_playwright
-
+def test_lost_connection_is_reported_and_the_page_reconnects(server, playwright, microphone_wav):
     first = ServerThread(ServerConfig(port=0), pipeline=server.pipeline).start()
     port = first.port
-    with sync_playwright() as playwright:
-        browser = launch(playwright, microphone_wav, "--use-fake-ui-for-media-stream")
+    browser = launch(playwright, microphone_wav, "--use-fake-ui-for-media-stream")
+    second = None
+    try:
         page = browser.new_page(bypass_csp=True)
         page.goto(first.url + "/", timeout=15_000)
         page.wait_for_function("!document.getElementById('start').disabled", timeout=10_000)
@@ -146,9 +138,10 @@ def test_lost_connection_is_reported_and_the_page_reconnects(server, microphone_
         first.stop()  # the server goes away
         page.wait_for_function("document.getElementById('messages').textContent.includes('Connection lost')", timeout=15_000)
         second = ServerThread(ServerConfig(port=port), pipeline=server.pipeline).start()
-        try:
-            page.wait_for_function("document.getElementById('messages').textContent.includes('Reconnected')", timeout=20_000)
-            page.wait_for_function("document.getElementById('status').textContent.startsWith('listening')", timeout=10_000)
-        finally:
+        page.wait_for_function("document.getElementById('messages').textContent.includes('Reconnected')", timeout=20_000)
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('listening')", timeout=10_000)
+    finally:
+        first.stop()
+        if second is not None:
             second.stop()
-            browser.close()
+        browser.close()
