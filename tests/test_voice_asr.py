@@ -152,3 +152,13 @@ async def test_a_failing_source_ends_the_session_with_its_error_not_a_hang(recog
     session = VoicePipeline(None, None, recognizer, PipelineConfig(reply=False)).session(FileSource(tmp_path / "zero.wav"))
     with pytest.raises(AudioDecodeError, match="empty"):
         await asyncio.wait_for(session.run(), timeout=10)
+
+
+@pytest.mark.parametrize("gain", [20, 100])
+def test_clipped_speech_is_still_transcribed(recognizer, gain):
+    audio = decode_file(sample("goforward_16k_s16le.raw"), raw_rate_hz=16000).astype(np.int32) * gain
+    clipped = np.clip(audio, -32768, 32767).astype(np.int16)
+    assert np.mean(np.abs(clipped) >= 32767) > 0.03  # really clipped (3.8 % / 18.5 % of samples)
+    hyp = recognizer.decode(clipped)
+    assert rejection_reason(hyp) is None
+    assert word_error_rate("go forward ten meters", hyp.text) == 0.0
