@@ -36,7 +36,9 @@ def register(subparsers) -> None:
 
     mic = subparsers.add_parser(
         "mic", help="talk to the assistant through the microphone and speaker",
-        description="Live demo: microphone → pipeline → speaker, with barge-in. Needs PortAudio (libportaudio2).",
+        description="Live demo: microphone → pipeline → speaker, with barge-in. Needs PortAudio (libportaudio2). "
+        "Use headphones: there is no echo cancellation, so over loudspeakers the assistant hears its own reply "
+        "and interrupts itself.",
     )
     _add_common(mic)
     mic.set_defaults(func=mic_command)
