@@ -95,7 +95,7 @@ def test_spans_cover_the_work_they_name(answered_turn):
     spans = {s.name: s for s in answered_turn["spans"]}
     assert set(spans) == {"turn", "asr", "cleanup", "llm", "tts"}
     received = answered_turn["received"]
-    tolerance_ns = 20e6  # 20 ms: event dispatch on the same loop iteration
+    tolerance_ns = 50e6  # 50 ms: the result reaches subscribers within a loop iteration or two
     checks = {"asr": FinalTranscript, "cleanup": CleanedTranscript, "llm": ReplyText}
     for name, kind in checks.items():
         _, at = first(received, kind)
