@@ -95,7 +95,7 @@ async def test_interims_grow_while_the_user_speaks(recognizer):
     session.subscribe(events.append)
     await session.run()
     interims = [e for e in events if isinstance(e, InterimTranscript)]
-    assert len(interims) >= 3
+    assert len(interims) >= 2
     last_final = [e for e in events if isinstance(e, FinalTranscript)][-1]
     assert events.index(interims[-1]) < events.index(last_final)
     committed = [e.committed for e in interims if e.turn_id == interims[-1].turn_id]
