@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import re
@@ -310,8 +311,6 @@ class StreamingTranscriber:
 
     async def interim(self) -> Interim:
         """Re-decode the utterance so far and apply LocalAgreement-2."""
-        import asyncio
-
         audio = self.audio()
         self._decoded_samples = len(audio)
         hyp = await asyncio.to_thread(self.recognizer.decode, audio)
@@ -321,8 +320,6 @@ class StreamingTranscriber:
     async def final(self, samples: np.ndarray | None = None) -> tuple[Hypothesis, str | None]:
         """Decode the whole utterance (or ``samples``); return the hypothesis and its rejection
         reason (``None`` = accepted, see :func:`rejection_reason`)."""
-        import asyncio
-
         audio = self.audio() if samples is None else samples
         if len(audio) == 0:
             return Hypothesis("", 1.0, 0.0, 0.0, 0.0, 0.0), "no audio"
