@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ def load_diffusion_model(
         raise FileNotFoundError(f"model folder not found: {source}")
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(torch_device, dtype)
+    hf_logging.disable_progress_bar()  # no weight-loading bars on a CLI's stderr
 
     meta_file = path / "quicksilver.json"
     meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
