@@ -82,6 +82,30 @@ class CanvasTasks:
         """Token ids of ``text`` without special tokens."""
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
+    def allowed_output_ids(self, text: str) -> list[int]:
+        """Token ids a cleanup canvas of ``text`` may hold: ``[KEEP]``, ``[DEL]``, punctuation, and the
+        tokens of the input's words in their written, lower, capitalised and upper case.
+
+        Constrained decoding: the model can drop, keep or re-case words and punctuate, but never
+        write a word the speaker did not say.
+        """
+        words = text.split()
+        variants = [text, text.lower(), " ".join(w[:1].upper() + w[1:] for w in words), text.upper()]
+        variants += [w.strip(".,?!;:") for w in words]
+        ids = {self.ids.keep, self.ids.delete, *self.punctuation_ids}
+        for encoded in self.tok(variants, add_special_tokens=False)["input_ids"]:
+            ids.update(encoded)
+        return sorted(ids)
+
+    @property
+    def punctuation_ids(self) -> list[int]:
+        """Vocabulary tokens made of punctuation only (with or without a leading space)."""
+        if not hasattr(self, "_punctuation_ids"):
+            vocab = self.tok.get_vocab()
+            self._punctuation_ids = [i for t, i in vocab.items()
+                                     if t.lstrip("Ġ") and all(c in ".,?!;:'\"-" for c in t.lstrip("Ġ"))]
+        return self._punctuation_ids
+
     def word_starts(self, ids: list[int]) -> list[bool]:
         """Per token: does a word start here (byte-level BPE marks word starts with ``Ġ``)."""
         return [i == 0 or tok.startswith("Ġ") for i, tok in enumerate(self.tok.convert_ids_to_tokens(ids))]
@@ -127,6 +151,14 @@ class CanvasTasks:
         layouts = [cv.cleanup_layout(s, self.ids) for s in srcs]
         prompt, canvas, kwargs = self._batch(layouts)
         gen_length = canvas.shape[1]
+        allowed = torch.zeros(len(srcs), len(self.tok), dtype=torch.bool, device=prompt.device)
+        for row, index in enumerate(owner):
+            allowed[row, self.allowed_output_ids(texts[index])] = True
+        banned = ~allowed[:, None, :]
+
+        def constrain(logits: torch.Tensor) -> None:
+            # output slots may only keep, delete, re-case an input word or add punctuation
+            logits[:, prompt.shape[1]:, :].masked_fill_(banned, float("-inf"))
 
         starts = [self.word_starts(src) for src in srcs]
 
@@ -143,12 +175,14 @@ class CanvasTasks:
             self.loaded.model, prompt, gen_length, self.ids.mask,
             steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
             remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.cleanup_suppress,
-            canvas=canvas,
+            canvas=canvas, logits_hook=constrain,
         ):
             yield render(x)
 
     def finish_cleanup(self, source: str, output: str) -> str:
-        """The model's ``output`` if :func:`is_faithful` to ``source``, else :func:`rule_cleanup` of it."""
+        """The model's ``output`` (first letter capitalised) if :func:`is_faithful` to ``source``,
+        else :func:`rule_cleanup` of ``source``."""
+        output = output[:1].upper() + output[1:]
         if is_faithful(source, output):
             return output
         return rule_cleanup(source) or source
