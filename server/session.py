@@ -25,7 +25,7 @@ from audio.frames import AudioFrame
 from audio.sources import QueueSource
 from server import protocol
 from server.metrics import ServerMetrics
-from server.typed_input import answer_text, cancel_reply, orphaned_reply_task
+from server.typed_input import TypedReply, cancel_reply, orphaned_reply_task
 from voice.events import event_to_dict
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class VoiceConnection:
         self._outbox: asyncio.Queue = asyncio.Queue()
         self._audio_turn: int | None = None
         self._audio_samples = 0
-        self._typed: asyncio.Task | None = None
+        self._typed: TypedReply | None = None
         self._speech_start_s: float | None = None
         self._last_activity = time.monotonic()
 
@@ -229,7 +229,8 @@ class VoiceConnection:
                 raise protocol.InvalidField("input.text needs a session with voice.reply true")
             if self._typed is not None and not self._typed.done():
                 cancel_reply(self.session, self._typed, self.sink, None)
-            self._typed = self._start(answer_text(self.session, message.text), "typed reply")
+            self._typed = TypedReply(self.session, message.text)
+            self.tasks.append(self._typed.task)
         elif isinstance(message, protocol.ResponseCancel):
             cancel_reply(self.session, self._typed, self.sink, None)
         elif isinstance(message, protocol.SessionEnd):
@@ -271,7 +272,7 @@ class VoiceConnection:
             self.close_after_queued(1011, "pipeline failed")
             return
         if self._typed is not None:
-            await asyncio.wait([self._typed])
+            await asyncio.wait([self._typed.task])
         self._end_audio()
         self.send({"type": "session.ended", "session_id": self.session_id, "turns": len(traces)})
         self.close_after_queued(1000, "session ended")
@@ -297,6 +298,8 @@ class VoiceConnection:
 
     async def _teardown(self, sender: asyncio.Task) -> None:
         """Cancel every task of the session and wait (bounded) until they have ended."""
+        if self._typed is not None:
+            self._typed.silent = True
         orphan = orphaned_reply_task(self.session)
         tasks = [t for t in [*self.tasks, orphan] if t is not None and not t.done()]
         for task in tasks:

@@ -133,9 +133,8 @@ async def test_typed_input_is_answered_with_text_and_audio_and_cancel_interrupts
                 kinds.append(json.loads(message)["type"])
         assert_in_order(kinds, ["reply.draft", "reply.text", "audio.start", "audio.end", "turn.trace"])
         assert audio_bytes > 0
-        # a second typed turn, cancelled as soon as it starts
+        # a second typed turn, cancelled while the LM works on it
         await ws.send(json.dumps({"type": "input.text", "text": "Tell me a long story about the sea."}))
-        assert (await recv_event(ws))["type"] == "reply.draft"
         await ws.send(json.dumps({"type": "response.cancel"}))
         events = []
         while not events or events[-1]["type"] != "turn.trace":
@@ -237,7 +236,7 @@ async def test_disconnect_mid_reply_cancels_every_task_of_the_session_within_1s(
 
     baseline = server.call(task_names)
     finished_before = len(server.server.finished)
-    pcm = pcm16_of(JFK) + bytes(16000 * 2 * 10)  # silence: keep streaming while the reply starts
+    pcm = pcm16_of(JFK) + bytes(16000 * 2 * 30)  # silence: keep streaming until the reply starts
     async with connect(server.ws_url, open_timeout=10) as ws:
         await started(ws, **ONE_UTTERANCE)
         frame = 16000 * 20 // 1000 * 2
