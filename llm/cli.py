@@ -52,6 +52,7 @@ def register(sub) -> None:
     p.add_argument("task", choices=("cleanup", "reply"))
     p.add_argument("--split", default="dev", choices=("dev",))
     p.add_argument("--limit", type=int, default=None, help="evaluate the first N items only")
+    p.add_argument("--efforts", default="low,medium,high", help="comma-separated reasoning efforts to score")
     p.add_argument("--json-out", default=None, help="write the results here as JSON")
     add_llm_options(p)
     p.set_defaults(func=run_eval)
@@ -100,11 +101,16 @@ def run_eval(args) -> int:
     """``quicksilver eval cleanup|reply``: print tables, optionally write JSON."""
     from llm.evaluate import evaluate_cleanup_split, evaluate_reply_split, format_table
 
+    efforts = [e for e in args.efforts.split(",") if e]
+    for effort in efforts:
+        if effort not in REASONING_EFFORTS:
+            print(f"quicksilver eval: unknown effort {effort!r}", file=sys.stderr)
+            return 2
     lm = backend_from_args(args)
     if args.task == "cleanup":
-        results = evaluate_cleanup_split(lm, args.split, args.limit)
+        results = evaluate_cleanup_split(lm, args.split, args.limit, efforts)
     else:
-        results = evaluate_reply_split(lm, args.split, args.limit)
+        results = evaluate_reply_split(lm, args.split, args.limit, efforts)
     print(format_table(results))
     if args.json_out:
         with open(args.json_out, "w") as f:
