@@ -82,6 +82,7 @@ async def stream_pcm(
     tail_silence_s: float = 1.5,
     wait_reply_s: float = 60.0,
     headers: dict | None = None,
+    ping_interval_s: float | None = 20,
 ) -> SessionResult:
     """Open a session, send ``pcm`` in 20 ms frames (real-time pace when ``realtime``), then
     silence, wait until the first turn's reply is over (``turn.trace`` or ``transcript.rejected``)
@@ -93,7 +94,8 @@ async def stream_pcm(
     sent_at: list[float] = []  # wall time of each frame
     turn_over = asyncio.Event()
 
-    async with connect(url, additional_headers=headers, max_size=2**22, open_timeout=10, close_timeout=5) as ws:
+    async with connect(url, additional_headers=headers, max_size=2**22, open_timeout=30, close_timeout=5,
+                       ping_interval=ping_interval_s) as ws:
         await ws.send(json.dumps({"type": "session.start", "sample_rate": sample_rate_hz, "format": "pcm16",
                                   **(start or {})}))
 

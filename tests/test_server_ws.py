@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 import soundfile
 import soxr
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import connect as _connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from server.app import ServerConfig
-from server.client import pcm16_of, stream_pcm
+from server.client import pcm16_of
+from server.client import stream_pcm as _stream_pcm
 from server.session import SessionLimits
 from server.testing import ServerThread
 from voice.metrics import word_error_rate
@@ -41,6 +42,18 @@ STEP_TIMEOUT_S = 30
 def server():
     with ServerThread(ServerConfig(port=0)) as running:
         yield running
+
+
+def connect(url: str, **kwargs):
+    """A client connection without keepalive pings: a machine busy with training or other tests
+    may not answer a ping in time, and keepalive is not what these tests check."""
+    kwargs.setdefault("open_timeout", 30)
+    return _connect(url, ping_interval=None, **kwargs)
+
+
+def stream_pcm(url: str, pcm: bytes, **kwargs):
+    """:func:`server.client.stream_pcm` without keepalive pings (see :func:`connect`)."""
+    return _stream_pcm(url, pcm, ping_interval_s=None, **kwargs)
 
 
 def other_server(shared: ServerThread, **config) -> ServerThread:
@@ -121,7 +134,7 @@ async def test_two_concurrent_sessions_complete_with_one_set_of_models(server):
 
 
 async def test_typed_input_is_answered_with_text_and_audio_and_cancel_interrupts_it(server):
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         await started(ws)
         await ws.send(json.dumps({"type": "input.text", "text": "What can you help me with today?"}))
         kinds, audio_bytes = [], 0
@@ -150,7 +163,7 @@ async def test_cleanup_requests_are_answered_by_id_and_batched(server):
     texts = {f"r{i}": text for i, text in enumerate([
         "so um I want uh a table for two", "I need to I mean I want to fly to boston",
         "uh what is the the weather tomorrow", "play play some music please"])}
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         for request_id, text in texts.items():
             await ws.send(json.dumps({"type": "cleanup.request", "id": request_id, "text": text}))
         await ws.send(json.dumps({"type": "cleanup.request", "id": "bad", "text": "hi", "reasoning_effort": "max"}))
@@ -175,7 +188,7 @@ async def test_cleanup_requests_are_answered_by_id_and_batched(server):
     ('{"type": "session.start", "sample_rate": 12345}', "unsupported_audio"),
 ])
 async def test_bad_message_before_start_gets_its_error_and_the_session_goes_on(server, send, code):
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         await ws.send(send)
         error = await recv_event(ws)
         assert error["type"] == "error" and error["code"] == code, error
@@ -185,7 +198,7 @@ async def test_bad_message_before_start_gets_its_error_and_the_session_goes_on(s
 
 
 async def test_odd_byte_count_is_refused_and_the_session_goes_on(server):
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         await started(ws)
         await ws.send(b"\x00" * 321)
         error = await recv_event(ws)
@@ -196,13 +209,13 @@ async def test_odd_byte_count_is_refused_and_the_session_goes_on(server):
 
 
 async def test_oversized_message_closes_with_1009_and_the_server_still_serves(server):
-    async with connect(server.ws_url, open_timeout=10, max_size=None) as ws:
+    async with connect(server.ws_url, max_size=None) as ws:
         await started(ws)
         await ws.send(b"\x00" * (2**20 + 2))
         with pytest.raises(ConnectionClosed):
             await recv_event(ws)
         assert ws.close_code == 1009
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         await started(ws)
 
 
@@ -237,7 +250,7 @@ async def test_disconnect_mid_reply_cancels_every_task_of_the_session_within_1s(
     baseline = server.call(task_names)
     finished_before = len(server.server.finished)
     pcm = pcm16_of(JFK) + bytes(16000 * 2 * 30)  # silence: keep streaming until the reply starts
-    async with connect(server.ws_url, open_timeout=10) as ws:
+    async with connect(server.ws_url) as ws:
         await started(ws, **ONE_UTTERANCE)
         frame = 16000 * 20 // 1000 * 2
         replying = False
@@ -267,7 +280,7 @@ async def test_disconnect_mid_reply_cancels_every_task_of_the_session_within_1s(
     left = server.call(task_names) - baseline
     assert not left, f"tasks left after the session closed: {left}"
     assert connection.sent_after_close == 0
-    async with connect(server.ws_url, open_timeout=10) as ws:  # still serving
+    async with connect(server.ws_url) as ws:  # still serving
         await started(ws)
 
 
@@ -276,9 +289,9 @@ async def test_disconnect_mid_reply_cancels_every_task_of_the_session_within_1s(
 
 async def test_max_sessions_refuses_one_more_with_server_full(server):
     with other_server(server, max_sessions=1) as small:
-        async with connect(small.ws_url, open_timeout=10) as first:
+        async with connect(small.ws_url) as first:
             await started(first)
-            async with connect(small.ws_url, open_timeout=10) as second:
+            async with connect(small.ws_url) as second:
                 error = await recv_event(second)
                 assert error["code"] == "server_full" and "1 sessions" in error["message"]
                 with pytest.raises(ConnectionClosed):
@@ -295,10 +308,10 @@ async def test_interims_are_shed_while_more_sessions_are_open_than_allowed(serve
         return sorted(small.call(read))
 
     with other_server(server, max_interim_sessions=1) as small:
-        async with connect(small.ws_url, open_timeout=10) as first:
+        async with connect(small.ws_url) as first:
             await started(first)
             assert interims() == [True]
-            async with connect(small.ws_url, open_timeout=10) as second:
+            async with connect(small.ws_url) as second:
                 await started(second)
                 assert interims() == [False, False]
             for _ in range(100):  # the server's side of the second close
@@ -310,7 +323,7 @@ async def test_interims_are_shed_while_more_sessions_are_open_than_allowed(serve
 
 async def test_idle_session_is_closed_with_idle_timeout(server):
     with other_server(server, limits=SessionLimits(idle_timeout_s=0.5)) as quick:
-        async with connect(quick.ws_url, open_timeout=10) as ws:
+        async with connect(quick.ws_url) as ws:
             await started(ws)
             error = await recv_event(ws, timeout_s=5)
             assert error["code"] == "idle_timeout"
@@ -324,12 +337,12 @@ async def test_token_is_checked_before_the_upgrade(server):
         for url, headers in ((guarded.ws_url, None), (guarded.ws_url + "?token=wrong", None),
                              (guarded.ws_url, {"Authorization": "Bearer wrong"})):
             with pytest.raises(InvalidStatus) as info:
-                async with connect(url, additional_headers=headers, open_timeout=10):
+                async with connect(url, additional_headers=headers):
                     pass
             assert info.value.response.status_code == 401
-        async with connect(guarded.ws_url + "?token=s3cret", open_timeout=10) as ws:
+        async with connect(guarded.ws_url + "?token=s3cret") as ws:
             await started(ws)
-        async with connect(guarded.ws_url, additional_headers={"Authorization": "Bearer s3cret"}, open_timeout=10) as ws:
+        async with connect(guarded.ws_url, additional_headers={"Authorization": "Bearer s3cret"}) as ws:
             await started(ws)
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(guarded.url + "/metrics", timeout=5)
@@ -338,10 +351,10 @@ async def test_token_is_checked_before_the_upgrade(server):
 
 async def test_foreign_origin_is_refused_and_own_origin_accepted(server):
     with pytest.raises(InvalidStatus) as info:
-        async with connect(server.ws_url, origin="http://evil.example", open_timeout=10):
+        async with connect(server.ws_url, origin="http://evil.example"):
             pass
     assert info.value.response.status_code == 403
-    async with connect(server.ws_url, origin=server.url, open_timeout=10) as ws:
+    async with connect(server.ws_url, origin=server.url) as ws:
         await started(ws)
 
 
