@@ -110,7 +110,6 @@ def test_short_context_decode_matches_the_30s_decode_on_jfk(recognizer):
     fast = recognizer.decode(audio[: 8 * 16000])
     full = WhisperRecognizer(AsrConfig(short_context_s=0)).decode(audio[: 8 * 16000])
     assert word_error_rate(full.text, fast.text) <= 0.1
-    assert fast.real_time_factor < 1.0
 
 
 def test_decode_refuses_float_audio(recognizer):
