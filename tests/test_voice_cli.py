@@ -29,7 +29,8 @@ def test_run_transcribes_raw_pcm_as_json_lines():
 @pytest.mark.slow
 def test_run_prints_each_turn_and_writes_the_reply(tmp_path):
     out = tmp_path / "reply.wav"
-    done = quicksilver("run", str(sample("goforward_16k_s16le.raw")), "--raw-rate", "16000", "--out", str(out))
+    done = quicksilver("run", str(sample("goforward_16k_s16le.raw")), "--raw-rate", "16000", "--out", str(out),
+                       timeout=600)  # loads torch and the LM: ≈18 s idle, minutes on a saturated 2-core machine
     assert done.returncode == 0, done.stderr
     for label in ("heard:", "cleaned:", "reply:", "latency:", "voice-to-voice", "reply audio:"):
         assert label in done.stdout
