@@ -15,7 +15,8 @@ def add_llm_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm", choices=("local", "openai"), default="local", help="LM backend (default: local)")
     parser.add_argument("--llm-model", default=None, help="local folder or hub id (local), model name (openai)")
     parser.add_argument("--llm-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="device of the local LM (default: CUDA if available)")
 
 
 def backend_from_args(args):

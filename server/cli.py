@@ -10,6 +10,8 @@ import asyncio
 import os
 import sys
 
+from llm.cli import add_llm_options
+
 EXIT_MODEL, EXIT_ADDRESS = 3, 5
 
 
@@ -31,10 +33,7 @@ def register(subparsers) -> None:
                    help="shared secret required on /ws and /metrics (default: $QUICKSILVER_TOKEN)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="accept websocket connections from this browser origin too (repeatable)")
-    p.add_argument("--llm", choices=("local", "openai"), default="local", help="LM backend (default: %(default)s)")
-    p.add_argument("--llm-model", help="local checkpoint folder / hub id, or the OpenAI-compatible model name")
-    p.add_argument("--llm-base-url", help="base URL of an OpenAI-compatible server")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="device of the local LM (default: CUDA if available)")
+    add_llm_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
     p.add_argument("--tts-voice", help="Piper .onnx voice (default: bundled en_US-joe-medium)")
     p.set_defaults(func=serve_command)

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from llm.cli import add_llm_options
+
 EXIT_INPUT, EXIT_MODEL, EXIT_DEVICE = 1, 3, 4
 
 
@@ -48,10 +50,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per pipeline event")
     p.add_argument("--reasoning-effort", choices=("low", "medium", "high"), default="low",
                    help="LM sampler effort for cleanup and reply (default: %(default)s)")
-    p.add_argument("--llm", choices=("local", "openai"), default="local", help="LM backend (default: %(default)s)")
-    p.add_argument("--llm-model", help="local checkpoint folder / hub id, or the OpenAI-compatible model name")
-    p.add_argument("--llm-base-url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="device of the local LM (default: CUDA if available)")
+    add_llm_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
     p.add_argument("--tts-voice", help="Piper .onnx voice (default: bundled en_US-joe-medium)")
     p.add_argument("--coqui-model", metavar="DIR", help="use Coqui TTS with this local model folder instead of Piper")
