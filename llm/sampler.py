@@ -45,46 +45,17 @@ def generate(
     prompt_ids: torch.Tensor,
     gen_length: int,
     mask_id: int,
-    steps: int | None = None,
-    block_length: int | None = None,
-    remasking: str = "low_confidence",
-    threshold: float | None = None,
-    temperature: float = 0.0,
-    model_kwargs: dict | None = None,
-    suppress_ids: Sequence[int] = (),
-    canvas: torch.Tensor | None = None,
     callback: StepCallback | None = None,
-    generator: torch.Generator | None = None,
-    logits_hook: Callable[[torch.Tensor], None] | None = None,
+    **sampling,
 ) -> tuple[torch.Tensor, int]:
-    """Fill ``gen_length`` masked positions after ``prompt_ids``.
+    """Fill ``gen_length`` masked positions after ``prompt_ids``; see :func:`denoising_steps`.
 
     Args:
-        model: returns an object with ``.logits`` of shape ``(batch, length, vocab)``.
-        prompt_ids: ``(batch, prompt_length)`` long; never changed.
-        gen_length: number of output positions.
-        mask_id: the mask token id (e.g. 126336 for LLaDA).
-        steps: total denoising steps, shared out over the blocks in proportion to their
-            length (at least one each); ``None`` means
-            ``gen_length`` (one token per step). With ``threshold`` set, the number of
-            steps is decided by the confidences (at most ``gen_length``).
-        block_length: positions decoded per block, left to right (semi-autoregressive);
-            ``None`` means one block of ``gen_length``; the last block may be shorter.
-        remasking: ``"low_confidence"`` commits the most confident predictions and
-            re-masks the rest; ``"random"`` commits a random subset.
-        threshold: Fast-dLLM parallel decoding: commit every masked position of the block
-            whose confidence exceeds ``threshold`` (at least one per step).
-        temperature: 0 is greedy; otherwise Gumbel-max sampling at that temperature.
-        model_kwargs: extra model inputs of shape ``(batch, length)`` (``position_ids``,
-            ``token_type_ids``, ``attention_mask``) covering prompt and canvas.
-        suppress_ids: token ids never predicted (the mask token is always suppressed).
-        canvas: ``(batch, gen_length)`` initial output positions (default: all masks).
-            Only masked positions are filled; the others are kept.
+        model, prompt_ids, gen_length, mask_id, **sampling: as for :func:`denoising_steps`
+            (``steps``, ``block_length``, ``remasking``, ``threshold``, ``temperature``,
+            ``model_kwargs``, ``suppress_ids``, ``canvas``, ``generator``, ``logits_hook``).
         callback: called after every denoising step with ``(step, x)``; returning
             ``False`` stops early (one more pass fills what is still masked).
-        generator: random source for ``random`` remasking and temperature sampling.
-        logits_hook: edits the ``(batch, length, vocab)`` float logits in place before
-            each prediction (e.g. a minimum length: no end-of-sequence at the first slot).
 
     Returns:
         ``(x, forward_passes)``: ``x`` of shape ``(batch, prompt_length + gen_length)``
@@ -93,15 +64,14 @@ def generate(
     Raises:
         ValueError: bad ``remasking``, ``gen_length``, ``steps``, ``block_length`` or ``threshold``.
     """
-    steps_iter = denoising_steps(model, prompt_ids, gen_length, mask_id, steps, block_length, remasking,
-                                 threshold, temperature, model_kwargs, suppress_ids, canvas, generator,
-                                 logits_hook)
+    steps_iter = denoising_steps(model, prompt_ids, gen_length, mask_id, **sampling)
     x, passes = prompt_ids, 0
     for step, (x, passes) in enumerate(steps_iter, start=1):
         if callback is not None and callback(step, x) is False:
             steps_iter.close()
-            return _fill_remaining(model, x, mask_id, dict(model_kwargs or {}),
-                                   _banned(mask_id, suppress_ids, x.device), prompt_ids.shape[1], passes)
+            return _fill_remaining(model, x, mask_id, dict(sampling.get("model_kwargs") or {}),
+                                   _banned(mask_id, sampling.get("suppress_ids", ()), x.device),
+                                   prompt_ids.shape[1], passes)
     return x, passes
 
 
@@ -128,8 +98,35 @@ def denoising_steps(
 ) -> Iterator[tuple[torch.Tensor, int]]:
     """The reverse process as a generator: yields ``(x, forward_passes)`` after every step.
 
-    Same arguments as :func:`generate`. The last item has no mask left in the output
-    positions. Closing the generator stops sampling (no further forward pass).
+    Args:
+        model: returns an object with ``.logits`` of shape ``(batch, length, vocab)``.
+        prompt_ids: ``(batch, prompt_length)`` long; never changed.
+        gen_length: number of output positions.
+        mask_id: the mask token id (e.g. 126336 for LLaDA).
+        steps: total denoising steps, shared out over the blocks in proportion to their
+            length (at least one each); ``None`` means ``gen_length`` (one token per step).
+            With ``threshold`` set, the confidences decide (at most ``gen_length``).
+        block_length: positions decoded per block, left to right (semi-autoregressive);
+            ``None`` means one block of ``gen_length``; the last block may be shorter.
+        remasking: ``"low_confidence"`` commits the most confident predictions and
+            re-masks the rest; ``"random"`` commits a random subset.
+        threshold: Fast-dLLM parallel decoding: commit every masked position of the block
+            whose confidence exceeds ``threshold`` (at least one per step).
+        temperature: 0 is greedy; otherwise Gumbel-max sampling at that temperature.
+        model_kwargs: extra model inputs of shape ``(batch, length)`` (``position_ids``,
+            ``token_type_ids``, ``attention_mask``) covering prompt and canvas.
+        suppress_ids: token ids never predicted (the mask token is always suppressed).
+        canvas: ``(batch, gen_length)`` initial output positions (default: all masks).
+            Only masked positions are filled; the others are kept.
+        generator: random source for ``random`` remasking and temperature sampling.
+        logits_hook: edits the ``(batch, length, vocab)`` float logits in place before
+            each prediction (e.g. a minimum length: no end-of-sequence at the first slot).
+
+    The last item has no mask left in the output positions. Closing the generator stops
+    sampling (no further forward pass).
+
+    Raises:
+        ValueError: bad ``remasking``, ``gen_length``, ``steps``, ``block_length`` or ``threshold``.
     """
     if remasking not in ("low_confidence", "random"):
         raise ValueError(f"remasking must be 'low_confidence' or 'random', not {remasking!r}")
