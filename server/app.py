@@ -1,8 +1,10 @@
-"""The Quicksilver websocket server: ``/ws`` voice sessions, the browser client, health, metrics.
+"""The Quicksilver websocket server: ``/ws`` voice sessions, ``/cleanup``, the browser client,
+health, metrics, and the MQTT event bus.
 
 Built on the ``websockets`` asyncio server. Plain GETs are answered in the handshake hook
-(``process_request``); ``/ws`` upgrades to a :class:`server.session.VoiceConnection`. Checks at
-the handshake: the shared-secret token (401 before the upgrade) and the Origin allow-list (403).
+(``process_request``); ``/ws`` upgrades to a :class:`server.session.VoiceConnection`, ``/cleanup``
+to a :class:`server.cleanup_service.CleanupConnection`. Checks at the handshake (both paths):
+the shared-secret token (401 before the upgrade) and the Origin allow-list (403).
 After the upgrade: the session limit (``error`` ``server_full``, close 1013); the websocket layer
 closes a connection that sends a message over ``max_message_bytes`` with 1009.
 """
@@ -21,7 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.asyncio.server import Server, serve
 
 from server import http, protocol
+from server.cleanup_service import CleanupConnection, CleanupService
 from server.metrics import ServerMetrics
+from server.mqtt import MqttBus, MqttCleanupResponder, MqttSettings, SessionEventPublisher
 from server.session import SessionLimits, VoiceConnection
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,8 @@ class ServerConfig:
             sessions on.
         limits: per-session limits.
         worker_threads: size of the thread pool that runs model calls and VAD for all sessions.
+        mqtt: publish session events to this broker and answer cleanup requests from it
+            (``None``: no MQTT).
     """
 
     host: str = "127.0.0.1"
@@ -57,6 +63,7 @@ class ServerConfig:
     max_interim_sessions: int = 1
     limits: SessionLimits = SessionLimits()
     worker_threads: int = 64
+    mqtt: MqttSettings | None = None
 
 
 class VoiceServer:
@@ -75,6 +82,8 @@ class VoiceServer:
         self.connections: set[VoiceConnection] = set()
         self.finished: deque[VoiceConnection] = deque(maxlen=64)
         self.started_at = time.monotonic()
+        self.cleanup = CleanupService(pipeline.lm, self.metrics)
+        self.mqtt: MqttBus | None = None
         self._server: Server | None = None
 
     @property
@@ -85,6 +94,10 @@ class VoiceServer:
         """Listen; returns once the socket is bound (see :attr:`port`)."""
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(self.config.worker_threads, thread_name_prefix="quicksilver-worker"))
+        if self.config.mqtt is not None:
+            self.mqtt = MqttBus(self.config.mqtt)
+            MqttCleanupResponder(self.mqtt, self.cleanup)
+            await self.mqtt.start()  # in the background: a broker that is down does not stop the server
         self._server = await serve(
             self._handle,
             self.config.host,
@@ -101,16 +114,18 @@ class VoiceServer:
         await self._server.serve_forever()
 
     async def close(self) -> None:
-        """Stop listening, close every session and wait for them to end."""
+        """Stop listening, close every session and wait for them to end; then the MQTT bus."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.mqtt is not None:
+            await self.mqtt.close()
 
     # -- handshake hook: plain HTTP and checks before the upgrade ---------------------------
 
     def _process_request(self, connection, request):
         url = urlsplit(request.path)
-        if url.path == "/ws":
+        if url.path in ("/ws", "/cleanup"):
             if not self._authorized(request, url):
                 return http.response(401, "missing or wrong token\n", extra_headers=(("WWW-Authenticate", "Bearer"),))
             origin = request.headers.get("Origin")
@@ -118,9 +133,12 @@ class VoiceServer:
                 return http.response(403, f"origin {origin} is not allowed\n")
             return None  # upgrade
         if url.path == "/healthz":
-            return http.health({"status": "ok", "sessions": len(self.connections),
-                                "max_sessions": self.config.max_sessions,
-                                "uptime_s": round(time.monotonic() - self.started_at, 1)})
+            body = {"status": "ok", "sessions": len(self.connections), "max_sessions": self.config.max_sessions,
+                    "uptime_s": round(time.monotonic() - self.started_at, 1)}
+            if self.mqtt is not None:
+                body["mqtt"] = {"connected": self.mqtt.connected.is_set(), "published": self.mqtt.published,
+                                "dropped": self.mqtt.dropped}
+            return http.health(body)
         if url.path == "/metrics":
             if not self._authorized(request, url):
                 return http.response(401, "missing or wrong token\n", extra_headers=(("WWW-Authenticate", "Bearer"),))
@@ -144,8 +162,13 @@ class VoiceServer:
     # -- /ws ---------------------------------------------------------------------------------
 
     async def _handle(self, websocket) -> None:
+        if urlsplit(websocket.request.path).path == "/cleanup":
+            await CleanupConnection(websocket, self.cleanup).run()
+            return
         connection = VoiceConnection(websocket, self.pipeline, self.metrics, self.config.limits,
-                                     interims_allowed=self._interims_allowed)
+                                     interims_allowed=self._interims_allowed, cleanup=self.cleanup)
+        if self.mqtt is not None:
+            connection.subscribers.append(SessionEventPublisher(self.mqtt, connection.session_id).on_event)
         if len(self.connections) >= self.config.max_sessions:
             self.metrics.errors.labels("server_full").inc()
             await websocket.send(protocol.encode(protocol.error_message(

@@ -11,6 +11,7 @@ import os
 import sys
 
 from llm.cli import add_llm_options
+from server.mqtt import add_mqtt_options, settings_from_args
 
 EXIT_MODEL, EXIT_ADDRESS = 3, 5
 
@@ -33,7 +34,11 @@ def register(subparsers) -> None:
                    help="shared secret required on /ws and /metrics (default: $QUICKSILVER_TOKEN)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="accept websocket connections from this browser origin too (repeatable)")
+    p.add_argument("--cleanup-batch", type=int, default=32, metavar="N",
+                   help="run at most N waiting cleanups as one batch on the LM (1 = one at a time; "
+                   "default: %(default)s)")
     add_llm_options(p)
+    add_mqtt_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
     p.add_argument("--tts-voice", help="Piper .onnx voice (default: bundled en_US-joe-medium)")
     p.set_defaults(func=serve_command)
@@ -44,26 +49,36 @@ def serve_command(args) -> int:
     from server.models import ModelOptions, load_pipeline
     from server.session import SessionLimits
 
-    if args.max_sessions < 1 or args.max_interim_sessions < 0 or args.idle_timeout <= 0 or not 0 <= args.port < 65536:
-        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0 and --port in "
-              "[0, 65535] required", file=sys.stderr)
+    if (args.max_sessions < 1 or args.max_interim_sessions < 0 or args.idle_timeout <= 0 or not 0 <= args.port < 65536
+            or args.cleanup_batch < 1):
+        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0, --cleanup-batch ≥ 1 "
+              "and --port in [0, 65535] required", file=sys.stderr)
+        return 2
+    try:
+        mqtt = settings_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     print("loading models …", file=sys.stderr, flush=True)
     try:
         pipeline = load_pipeline(ModelOptions(args.llm, args.llm_model, args.llm_base_url, args.device,
-                                              args.asr_model, args.tts_voice))
+                                              args.asr_model, args.tts_voice, args.cleanup_batch))
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL
     config = ServerConfig(host=args.host, port=args.port, max_sessions=args.max_sessions, token=args.token or None,
                           max_interim_sessions=args.max_interim_sessions,
-                          allowed_origins=tuple(args.allow_origin), limits=SessionLimits(idle_timeout_s=args.idle_timeout))
+                          allowed_origins=tuple(args.allow_origin), limits=SessionLimits(idle_timeout_s=args.idle_timeout),
+                          mqtt=mqtt)
 
     async def main() -> None:
         server = VoiceServer(pipeline, config)
         await server.start()
-        print(f"serving on http://{args.host}:{server.port}/ (websocket: ws://{args.host}:{server.port}/ws)",
-              file=sys.stderr, flush=True)
+        print(f"serving on http://{args.host}:{server.port}/ (websocket: ws://{args.host}:{server.port}/ws, "
+              f"cleanup: ws://{args.host}:{server.port}/cleanup)", file=sys.stderr, flush=True)
+        if mqtt is not None:
+            print(f"MQTT: {mqtt.url} (events under {mqtt.prefix}/<session>/, cleanup on "
+                  "quicksilver/cleanup/request)", file=sys.stderr, flush=True)
         await server.serve_forever()
 
     try:

@@ -37,6 +37,8 @@ class ModelOptions:
     device: str | None = "cpu"
     asr_model: str | None = None
     tts_voice: str | None = None
+    cleanup_max_batch: int = 32
+    """Cleanups run together at most (1 = one at a time)."""
 
 
 class BatchingLanguageModel(LanguageModel):
@@ -50,7 +52,7 @@ class BatchingLanguageModel(LanguageModel):
         batches: sizes of the batches run so far (for tests and the benchmark).
     """
 
-    def __init__(self, inner: LanguageModel, max_batch: int = 16) -> None:
+    def __init__(self, inner: LanguageModel, max_batch: int = 32) -> None:
         self.inner = inner
         self.name = inner.name
         self.max_batch = max_batch
@@ -129,6 +131,7 @@ def load_pipeline(options: ModelOptions = ModelOptions()):
     config = PipelineConfig(asr=AsrConfig(model=options.asr_model), turn_taking="barge_in")
     recognizer = WhisperRecognizer(config.asr)
     synthesizer = PiperSynthesizer(options.tts_voice)
-    lm = BatchingLanguageModel(llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device))
+    lm = BatchingLanguageModel(llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device),
+                               max_batch=options.cleanup_max_batch)
     log.info("models loaded in %.1f s", time.perf_counter() - started)
     return VoicePipeline(lm, synthesizer, recognizer, config)

@@ -139,11 +139,26 @@ class SessionEnd:
 @dataclass(frozen=True)
 class CleanupRequest:
     """``cleanup.request``: clean a pasted transcript; answered by ``cleanup.result`` with the
-    same ``id``. Allowed before ``session.start``."""
+    same ``id`` (after ``cleanup.draft`` events when ``stream`` is true). Allowed before
+    ``session.start`` on ``/ws``, and the main message of ``/cleanup``."""
 
     id: str
     text: str
     reasoning_effort: str = "low"
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class CleanupAppend:
+    """``cleanup.append`` (``/cleanup`` only): more text of the live transcript ``id``, appended
+    verbatim (the client sends the spaces between words). Each sentence it completes is answered
+    by ``cleanup.sentence``; ``final`` ends the transcript (the rest counts as a sentence) and
+    ``cleanup.ended`` follows."""
+
+    id: str
+    text: str
+    reasoning_effort: str = "low"
+    final: bool = False
 
 
 ClientMessage = Union[SessionStart, InputText, ResponseCancel, SessionEnd, CleanupRequest]
@@ -163,21 +178,19 @@ def _field(obj: dict, name: str, kind: type | tuple, default: Any = ..., *, wher
     return value
 
 
-def _text(obj: dict, where: str, request_id: str | None = None) -> str:
-    text = _field(obj, "text", str, where=where)
-    if not text.strip():
-        raise InvalidField(f"{where}: 'text' is empty", request_id=request_id)
+def _text(obj: dict, where: str, allow_empty: bool = False) -> str:
+    text = _field(obj, "text", str, "" if allow_empty else ..., where=where)
+    if not text.strip() and not allow_empty:
+        raise InvalidField(f"{where}: 'text' is empty")
     if len(text) > MAX_TEXT_CHARS:
-        raise InvalidField(f"{where}: 'text' has {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
-                           request_id=request_id)
+        raise InvalidField(f"{where}: 'text' has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text
 
 
-def _effort(obj: dict, where: str, request_id: str | None = None) -> str:
+def _effort(obj: dict, where: str) -> str:
     effort = _field(obj, "reasoning_effort", str, "low", where=where)
     if effort not in REASONING_EFFORTS:
-        raise InvalidField(f"{where}: reasoning_effort {effort!r} is not one of {', '.join(REASONING_EFFORTS)}",
-                           request_id=request_id)
+        raise InvalidField(f"{where}: reasoning_effort {effort!r} is not one of {', '.join(REASONING_EFFORTS)}")
     return effort
 
 
@@ -211,12 +224,44 @@ def _parse_session_start(obj: dict) -> SessionStart:
     )
 
 
+MAX_ID_CHARS = 128
+"""Longest request id of ``cleanup.request`` / ``cleanup.append``."""
+
+
+def _request_id(obj: dict, where: str) -> str:
+    request_id = obj.get("id")
+    if not isinstance(request_id, str) or not request_id or len(request_id) > MAX_ID_CHARS:
+        raise InvalidField(f"{where}: 'id' must be a non-empty string of at most {MAX_ID_CHARS} characters")
+    return request_id
+
+
+def _with_request_id(obj: dict, where: str, parse):
+    """``parse(request_id)``; any :class:`ProtocolError` it raises carries the request id."""
+    request_id = _request_id(obj, where)
+    try:
+        return parse(request_id)
+    except ProtocolError as exc:
+        exc.request_id = request_id
+        raise
+
+
 def _parse_cleanup(obj: dict) -> CleanupRequest:
     where = "cleanup.request"
-    request_id = obj.get("id")
-    if not isinstance(request_id, str) or not request_id or len(request_id) > 128:
-        raise InvalidField(f"{where}: 'id' must be a non-empty string of at most 128 characters")
-    return CleanupRequest(request_id, _text(obj, where, request_id), _effort(obj, where, request_id))
+    return _with_request_id(obj, where, lambda request_id: CleanupRequest(
+        request_id, _text(obj, where), _effort(obj, where), _field(obj, "stream", bool, False, where=where)))
+
+
+def _parse_cleanup_append(obj: dict) -> CleanupAppend:
+    where = "cleanup.append"
+
+    def parse(request_id: str) -> CleanupAppend:
+        final = _field(obj, "final", bool, False, where=where)
+        text = _text(obj, where, allow_empty=True)
+        if not final and not text:
+            raise InvalidField(f"{where}: 'text' is empty and 'final' is not true")
+        return CleanupAppend(request_id, text, _effort(obj, where), final)
+
+    return _with_request_id(obj, where, parse)
 
 
 _PARSERS = {
@@ -229,25 +274,100 @@ _PARSERS = {
 CLIENT_MESSAGE_TYPES = tuple(_PARSERS)
 
 
+def _json_object(text: str | bytes) -> dict:
+    try:
+        obj = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedMessage(f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise MalformedMessage('a message must be a JSON object with a string "type"')
+    return obj
+
+
+def _parse_typed(text: str | bytes, parsers: dict) -> object:
+    obj = _json_object(text)
+    if not isinstance(obj.get("type"), str):
+        raise MalformedMessage('a message must be a JSON object with a string "type"')
+    parser = parsers.get(obj["type"])
+    if parser is None:
+        request_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+        raise UnknownMessageType(f"unknown message type {obj['type'][:64]!r}; expected one of "
+                                 f"{', '.join(parsers)}", request_id=request_id)
+    return parser(obj)
+
+
 def parse_client_message(text: str | bytes) -> ClientMessage:
-    """Parse one JSON text message from a client.
+    """Parse one JSON text message from a ``/ws`` client.
 
     Raises:
         MalformedMessage: not a JSON object with a string ``type``.
         UnknownMessageType: ``type`` is not one of :data:`CLIENT_MESSAGE_TYPES`.
         InvalidField, UnsupportedAudio: a field is missing, mistyped or out of range.
     """
-    try:
-        obj = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedMessage(f"not valid JSON: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise MalformedMessage('a message must be a JSON object with a string "type"')
-    parser = _PARSERS.get(obj["type"])
-    if parser is None:
-        raise UnknownMessageType(f"unknown message type {obj['type'][:64]!r}; expected one of "
-                                 f"{', '.join(CLIENT_MESSAGE_TYPES)}")
-    return parser(obj)
+    return _parse_typed(text, _PARSERS)
+
+
+# -- the /cleanup protocol and cleanup over MQTT ------------------------------------------------
+
+_CLEANUP_PARSERS = {"cleanup.request": _parse_cleanup, "cleanup.append": _parse_cleanup_append}
+CLEANUP_MESSAGE_TYPES = tuple(_CLEANUP_PARSERS)
+"""Message types a ``/cleanup`` client may send."""
+
+
+def parse_cleanup_message(text: str | bytes) -> CleanupRequest | CleanupAppend:
+    """Parse one JSON text message from a ``/cleanup`` client.
+
+    Raises:
+        MalformedMessage: not a JSON object with a string ``type``.
+        UnknownMessageType: not ``cleanup.request`` or ``cleanup.append`` (carries the ``id`` if
+            the message has one).
+        InvalidField: a field is missing, mistyped or out of range, e.g. ``text`` over
+            :data:`MAX_TEXT_CHARS` (carries the ``id`` when the ``id`` itself is valid).
+    """
+    return _parse_typed(text, _CLEANUP_PARSERS)
+
+
+_TOPIC_FORBIDDEN = ("+", "#", "\0")
+
+
+@dataclass(frozen=True)
+class MqttCleanupRequest:
+    """A cleanup request received on MQTT (``quicksilver/cleanup/request``).
+
+    Attributes:
+        request: the request (``stream`` is always false over MQTT).
+        reply_to: topic for the answer; ``None`` = ``quicksilver/cleanup/response/<id>``.
+    """
+
+    request: CleanupRequest
+    reply_to: str | None = None
+
+
+def parse_mqtt_cleanup_request(payload: bytes | str) -> MqttCleanupRequest:
+    """Parse the JSON payload ``{"id", "text", "reasoning_effort"?, "reply_to"?}`` of an MQTT
+    cleanup request (a ``type`` field, if present, must be ``cleanup.request``).
+
+    Raises:
+        MalformedMessage: not a JSON object.
+        InvalidField: bad ``id`` (it also names the response topic, so MQTT wildcards ``+`` and
+            ``#`` are refused), ``text``, ``reasoning_effort`` or ``reply_to`` (carries the ``id``
+            when the ``id`` itself is valid).
+    """
+    obj = _json_object(payload)
+    where = "cleanup request"
+    if any(c in str(obj.get("id", "")) for c in _TOPIC_FORBIDDEN):
+        raise InvalidField(f"{where}: 'id' names a topic and may not contain '+', '#' or NUL")
+
+    def parse(request_id: str) -> MqttCleanupRequest:
+        if obj.get("type", "cleanup.request") != "cleanup.request":
+            raise InvalidField(f"{where}: 'type' must be 'cleanup.request' if given")
+        reply_to = _field(obj, "reply_to", str, None, where=where)
+        if reply_to is not None and (not reply_to or any(c in reply_to for c in _TOPIC_FORBIDDEN)
+                                     or len(reply_to.encode()) > 65535):
+            raise InvalidField(f"{where}: 'reply_to' must be a topic name without '+', '#' or NUL")
+        return MqttCleanupRequest(CleanupRequest(request_id, _text(obj, where), _effort(obj, where)), reply_to)
+
+    return _with_request_id(obj, where, parse)
 
 
 class ClientStream:
@@ -321,8 +441,11 @@ EVENT_NAMES = {
 ``audio.start`` / binary / ``audio.end`` (see :class:`server.session.VoiceConnection`)."""
 
 SERVER_EVENT_TYPES = (
-    "session.started", *EVENT_NAMES.values(), "audio.start", "audio.end", "cleanup.result", "session.ended",
+    "session.started", *EVENT_NAMES.values(), "audio.start", "audio.end", "cleanup.draft", "cleanup.result",
+    "session.ended",
 )
+CLEANUP_EVENT_TYPES = ("cleanup.draft", "cleanup.result", "cleanup.sentence", "cleanup.ended", "error")
+"""Events a ``/cleanup`` client receives."""
 
 
 def event_message(event_dict: dict) -> dict | None:

@@ -7,7 +7,8 @@ Three kinds of tasks per connection, all owned here and all cancelled when it cl
   audio pushed into the session's :class:`audio.sources.QueueSource`, or a control action;
 - the sender: the one task that writes to the websocket, from an outbox queue, so pipeline
   events (published synchronously) and reply audio keep their order;
-- the pipeline session (``VoiceSession.run``), typed-input replies and cleanup requests.
+- the pipeline session (``VoiceSession.run``), typed-input replies and cleanup requests
+  (answered by :class:`server.cleanup_service.CleanupService`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 from audio.frames import AudioFrame
 from audio.sources import QueueSource
 from server import protocol
+from server.cleanup_service import CleanupService
 from server.metrics import ServerMetrics
 from server.typed_input import TypedReply, cancel_reply, orphaned_reply_task
 from voice.events import event_to_dict
@@ -84,10 +86,12 @@ class VoiceConnection:
     """
 
     def __init__(self, websocket, pipeline, metrics: ServerMetrics, limits: SessionLimits,
-                 interims_allowed=lambda: True) -> None:
+                 interims_allowed=lambda: True, cleanup: CleanupService | None = None) -> None:
         self.websocket = websocket
         self.pipeline = pipeline
         self.metrics = metrics
+        self.cleanup = cleanup or CleanupService(pipeline.lm, metrics)
+        self.subscribers: list = []  # more subscribers of the voice session (the MQTT publisher)
         self.limits = limits
         self.session_id = f"s{next(_session_ids)}"
         self.stream = protocol.ClientStream()
@@ -223,7 +227,7 @@ class VoiceConnection:
         if isinstance(message, protocol.SessionStart):
             self._start_session(message)
         elif isinstance(message, protocol.CleanupRequest):
-            self._start(self._cleanup(message), f"cleanup {message.id}")
+            self._start(self.cleanup.answer(message, self.send), f"cleanup {message.id}")
         elif isinstance(message, protocol.InputText):
             if self.session.config.reply is False:
                 raise protocol.InvalidField("input.text needs a session with voice.reply true")
@@ -246,6 +250,8 @@ class VoiceConnection:
         self.source = QueueSource(start.sample_rate_hz)
         self.session = self.pipeline.session(self.source, self.sink if start.reply else None, config)
         self.session.subscribe(self.on_event)
+        for subscriber in self.subscribers:
+            self.session.subscribe(subscriber)
         self.send({
             "type": "session.started", "protocol": protocol.PROTOCOL_VERSION, "session_id": self.session_id,
             "input": {"sample_rate": start.sample_rate_hz, "format": start.format, "channels": 1},
@@ -276,17 +282,6 @@ class VoiceConnection:
         self._end_audio()
         self.send({"type": "session.ended", "session_id": self.session_id, "turns": len(traces)})
         self.close_after_queued(1000, "session ended")
-
-    async def _cleanup(self, request: protocol.CleanupRequest) -> None:
-        started = time.perf_counter()
-        try:
-            text = await self.pipeline.lm.acleanup(request.text, request.reasoning_effort)
-        except Exception as exc:  # noqa: BLE001 - one failed request never ends the session
-            self.send(protocol.error_message("cleanup_failed", f"{type(exc).__name__}: {exc}", id=request.id))
-            return
-        self.metrics.cleanups.inc()
-        self.send({"type": "cleanup.result", "id": request.id, "text": text,
-                   "latency_ms": round((time.perf_counter() - started) * 1000, 1)})
 
     # -- tasks -------------------------------------------------------------------------------
 

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import json
 import sys
+import uuid
 from pathlib import Path
 
 from llm.cli import add_llm_options
+from server.mqtt import add_mqtt_options, publishing, settings_from_args
 
 EXIT_INPUT, EXIT_MODEL, EXIT_DEVICE = 1, 3, 4
 
@@ -51,6 +53,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-effort", choices=("low", "medium", "high"), default="low",
                    help="LM sampler effort for cleanup and reply (default: %(default)s)")
     add_llm_options(p)
+    add_mqtt_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
     p.add_argument("--tts-voice", help="Piper .onnx voice (default: bundled en_US-joe-medium)")
     p.add_argument("--coqui-model", metavar="DIR", help="use Coqui TTS with this local model folder instead of Piper")
@@ -112,6 +115,20 @@ class _ModelLoadError(Exception):
     pass
 
 
+async def _run_session(session, args, kind: str):
+    """``session.run()``, publishing its events on MQTT when ``--mqtt`` is given (a broker that is
+    down or goes away never stops the session; the published and dropped counts are printed)."""
+    settings = settings_from_args(args)
+    if settings is None:
+        return await session.run()
+    session_id = f"{kind}-{uuid.uuid4().hex[:8]}"
+    _say(f"mqtt: publishing to {settings.url} as session {session_id}")
+    async with publishing(session, settings, session_id) as bus:
+        traces = await session.run()
+    _say(bus.summary())
+    return traces
+
+
 def run_command(args) -> int:
     """``quicksilver run FILE``."""
     from audio.errors import AudioError
@@ -123,6 +140,7 @@ def run_command(args) -> int:
     try:
         next(iter_decoded_blocks(path, raw_rate_hz=args.raw_rate, channel=args.channel), None)  # fail fast on bad input
         config = _config(args, "barge_in" if args.realtime else "wait", reply=not args.no_reply)
+        settings_from_args(args)  # a bad --mqtt URL fails before the models load
         pipeline = _load_pipeline(args, config)
     except AudioError as exc:
         _say(f"error: {exc}")
@@ -141,7 +159,7 @@ def run_command(args) -> int:
     session.subscribe(report.on_event)
     _say(f"{'playing' if args.realtime else 'processing'} {path} …")
     try:
-        traces = asyncio.run(session.run())
+        traces = asyncio.run(_run_session(session, args, "run"))
     except AudioError as exc:
         _say(f"error: {exc}")
         return EXIT_INPUT
@@ -171,6 +189,11 @@ def mic_command(args) -> int:
              "to try the pipeline without them: quicksilver run samples/jfk.wav")
         return EXIT_DEVICE
     try:
+        settings_from_args(args)
+    except ValueError as exc:
+        _say(f"error: {exc}")
+        return 2
+    try:
         pipeline = _load_pipeline(args, _config(args, "barge_in", reply=True))
         sink = SpeakerSink(pipeline.synthesizer.sample_rate_hz)
     except AudioDeviceError as exc:
@@ -183,7 +206,7 @@ def mic_command(args) -> int:
     session.subscribe(TurnReport(json_lines=args.json).on_event)
     _say("listening — speak; Ctrl-C to stop")
     try:
-        asyncio.run(session.run())
+        asyncio.run(_run_session(session, args, "mic"))
     except AudioDeviceError as exc:
         _say(f"error: {exc}")
         return EXIT_DEVICE
