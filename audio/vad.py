@@ -9,8 +9,11 @@ the speech probability of each.
 :class:`EndpointDetector` turns probabilities into speech-start / speech-end events with
 hysteresis, like silero-vad's ``VADIterator``: speech starts when a window's probability reaches
 ``threshold``; it ends once the probability has stayed below ``threshold - 0.15`` for
-``min_silence_ms`` (the endpoint hangover); after ``speech_pad_ms`` of that silence it announces a
-tentative :class:`SpeechPause` so the ASR can start early. Defaults: see :class:`VadConfig`.
+``min_silence_ms`` (the endpoint hangover); after ``pause_ms`` of that silence it announces a
+tentative :class:`SpeechPause` so the ASR (and, live, the reply) can start early. When the
+transcript decoded at that pause reads as a finished turn, the caller may call
+:meth:`EndpointDetector.end_early`: the endpoint then comes after ``complete_silence_ms`` instead
+(semantic endpointing, ``voice.endpointing``). Defaults: see :class:`VadConfig`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ class VadConfig:
             utterance (WER 0 %). jfk.wav's 1.1 s rhetorical pauses split it at any value below
             1.2 s (WER 9 % either way). 700 ms is the shortest hangover without the split; every
             millisecond of it is part of voice-to-voice latency.
+        complete_silence_ms: the shorter hangover of a pause whose transcript reads as a finished
+            turn (:meth:`EndpointDetector.end_early`; ``None`` = never early). Measured on the
+            clean samples played live (``bench/v2v.py``): see the README figures table.
+        pause_ms: silence after which a tentative :class:`SpeechPause` is announced (the
+            speculative final decode starts there); at most ``speech_pad_ms``.
         speech_pad_ms: audio kept before the start and after the end of speech for the ASR.
         min_speech_ms: voiced runs shorter than this are dropped as clicks/noise.
         max_speech_s: an utterance is cut at this length (Whisper's 30 s window).
@@ -78,6 +86,8 @@ class VadConfig:
 
     threshold: float = 0.5
     min_silence_ms: int = 700
+    complete_silence_ms: int | None = 400
+    pause_ms: int = 128
     speech_pad_ms: int = 200
     min_speech_ms: int = 250
     max_speech_s: float = 28.0
@@ -97,10 +107,11 @@ class SpeechStart:
 
 @dataclass(frozen=True)
 class SpeechPause:
-    """Silence of ``speech_pad_ms`` inside speech: maybe the end, maybe a pause (tentative).
+    """Silence of ``pause_ms`` inside speech: maybe the end, maybe a pause (tentative).
 
-    The ASR may decode the utterance up to ``end_s`` now, so its final is ready when the endpoint
-    (:class:`SpeechEnd` with the same ``end_s``) confirms it; if speech resumes, it is discarded.
+    The ASR may decode the utterance now (the audio up to ``detected_s``; ``end_s`` names the cut
+    the endpoint will make), so its final is ready when the endpoint (:class:`SpeechEnd` with the
+    same ``end_s``) confirms it; if speech resumes, it is discarded.
     """
 
     start_s: float
@@ -154,6 +165,14 @@ class EndpointDetector:
         self.last_probability = 0.0
         self._paused = False
         self._non_speech_s = 0.0
+        self._early_end_s: float | None = None
+
+    def end_early(self, speech_end_s: float) -> None:
+        """The transcript up to ``speech_end_s`` (a :class:`SpeechPause`'s) reads as a finished
+        turn: if the silence after it reaches ``complete_silence_ms``, end the utterance then.
+        Ignored once speech has resumed after ``speech_end_s``."""
+        if self.config.complete_silence_ms is not None and self.in_speech and speech_end_s == self._last_voiced_end_s:
+            self._early_end_s = speech_end_s
 
     @property
     def trailing_silence_s(self) -> float:
@@ -211,14 +230,19 @@ class EndpointDetector:
         if prob >= c.neg_threshold:
             self._last_voiced_end_s = window_end_s
             self._paused = False
+            self._early_end_s = None
         silence_s = window_end_s - self._last_voiced_end_s
-        if not self._paused and pad_s <= silence_s < c.min_silence_ms / 1000:
+        hangover_ms = c.min_silence_ms
+        if self._early_end_s is not None and c.complete_silence_ms is not None:
+            hangover_ms = min(c.min_silence_ms, c.complete_silence_ms)
+        if not self._paused and min(c.pause_ms, c.speech_pad_ms) / 1000 <= silence_s < hangover_ms / 1000:
             self._paused = True
             end = self._last_voiced_end_s
             yield SpeechPause(self._speech_start_s, end, end + pad_s, window_end_s)
-        if silence_s >= c.min_silence_ms / 1000:
+        if silence_s >= hangover_ms / 1000:
             self.in_speech = False
             self._paused = False
+            self._early_end_s = None
             end = self._last_voiced_end_s
             yield SpeechEnd(self._speech_start_s, end, end + pad_s, window_end_s)
         elif window_end_s - self._speech_start_s >= c.max_speech_s:

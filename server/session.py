@@ -7,7 +7,7 @@ Three kinds of tasks per connection, all owned here and all cancelled when it cl
   audio pushed into the session's :class:`audio.sources.QueueSource`, or a control action;
 - the sender: the one task that writes to the websocket, from an outbox queue, so pipeline
   events (published synchronously) and reply audio keep their order;
-- the pipeline session (``VoiceSession.run``), typed-input replies and cleanup requests
+- the pipeline session (``VoiceSession.run``, which owns its typed-input replies) and cleanup requests
   (answered by :class:`server.cleanup_service.CleanupService`).
 """
 
@@ -27,7 +27,6 @@ from audio.sources import QueueSource
 from server import protocol
 from server.cleanup_service import CleanupService
 from server.metrics import ServerMetrics
-from server.typed_input import TypedReply, cancel_reply, orphaned_reply_task
 from voice.events import event_to_dict
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,6 @@ class VoiceConnection:
         self._outbox: asyncio.Queue = asyncio.Queue()
         self._audio_turn: int | None = None
         self._audio_samples = 0
-        self._typed: TypedReply | None = None
         self._speech_start_s: float | None = None
         self._last_activity = time.monotonic()
 
@@ -165,8 +163,6 @@ class VoiceConnection:
                 self.send(protocol.error_message(
                     "utterance_too_long", f"an utterance is cut at {max_s:g} s; what follows is a new turn",
                     turn_id=event.turn_id))
-        if kind == "speech_started" and self._typed is not None and not self._typed.done():
-            cancel_reply(self.session, self._typed, self.sink, event.stream_s)  # barge-in on a typed reply
         if kind in ("trace", "interrupted", "error") and self._audio_turn == event.turn_id:
             self._end_audio(interrupted=kind == "interrupted")
         if kind == "trace":
@@ -231,18 +227,17 @@ class VoiceConnection:
         elif isinstance(message, protocol.InputText):
             if self.session.config.reply is False:
                 raise protocol.InvalidField("input.text needs a session with voice.reply true")
-            if self._typed is not None and not self._typed.done():
-                cancel_reply(self.session, self._typed, self.sink, None)
-            self._typed = TypedReply(self.session, message.text)
-            self.tasks.append(self._typed.task)
+            self.session.reply_to_text(message.text)  # cancels a reply in progress
         elif isinstance(message, protocol.ResponseCancel):
-            cancel_reply(self.session, self._typed, self.sink, None)
+            self.session.cancel_reply()
         elif isinstance(message, protocol.SessionEnd):
             await self.source.end()
 
     def _start_session(self, start: protocol.SessionStart) -> None:
         base = self.pipeline.config
-        vad = base.vad if start.min_silence_ms is None else dataclasses.replace(base.vad, min_silence_ms=start.min_silence_ms)
+        # a client's own hangover applies to every turn: no early endpoint on a complete-looking transcript
+        vad = base.vad if start.min_silence_ms is None else dataclasses.replace(
+            base.vad, min_silence_ms=start.min_silence_ms, complete_silence_ms=None)
         config = dataclasses.replace(
             base, vad=vad, turn_taking="barge_in", reply=start.reply, cleanup=start.cleanup,
             interims=start.interims and self.interims_allowed(), reasoning_effort=start.reasoning_effort,
@@ -277,8 +272,6 @@ class VoiceConnection:
             self.send(protocol.error_message("pipeline_error", f"{type(exc).__name__}: {exc}"))
             self.close_after_queued(1011, "pipeline failed")
             return
-        if self._typed is not None:
-            await asyncio.wait([self._typed.task])
         self._end_audio()
         self.send({"type": "session.ended", "session_id": self.session_id, "turns": len(traces)})
         self.close_after_queued(1000, "session ended")
@@ -293,10 +286,9 @@ class VoiceConnection:
 
     async def _teardown(self, sender: asyncio.Task) -> None:
         """Cancel every task of the session and wait (bounded) until they have ended."""
-        if self._typed is not None:
-            self._typed.silent = True
-        orphan = orphaned_reply_task(self.session)
-        tasks = [t for t in [*self.tasks, orphan] if t is not None and not t.done()]
+        if self.session is not None:
+            self.session.close()  # no more events; cancels the session's own tasks (replies, decodes)
+        tasks = [t for t in self.tasks if not t.done()]
         for task in tasks:
             task.cancel()
         if tasks:

@@ -17,11 +17,13 @@ Turn taking (``PipelineConfig.turn_taking``):
 - ``"wait"`` (a recording processed as fast as possible): after each endpoint the recording is
   paused until the reply is done, as if the speaker waited for the answer.
 
-Latency: the VAD announces a pause ``speech_pad_ms`` into the silence, before the endpoint
+Latency: the VAD announces a pause ``pause_ms`` into the silence, before the endpoint
 (``min_silence_ms``). The final decode starts there and, in ``barge_in`` mode, so do cleanup,
 reply and synthesis (``speculative_reply``); their events and audio are held until the endpoint
 confirms the turn, and dropped if the user goes on speaking. Voice-to-voice latency is then the
-hangover or the processing time, whichever is longer, instead of their sum.
+hangover or the processing time, whichever is longer, instead of their sum. In ``barge_in`` mode
+the hangover itself is shortened to ``complete_silence_ms`` when the transcript decoded at the
+pause reads as a finished turn (``voice.endpointing``: semantic endpointing).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from audio.buffer import StreamBuffer
 from audio.frames import PIPELINE_RATE_HZ, AudioFrame
 from audio.vad import EndpointDetector, SpeechEnd, SpeechPause, SpeechStart, VadConfig
 from llm.backend import LanguageModel, LanguageModelError, Turn
+from voice.endpointing import reads_as_complete
 from voice.asr import AsrConfig, StreamingTranscriber, WhisperRecognizer
 from voice.events import (
     AudioChunk,
@@ -151,6 +154,7 @@ class Reply:
         for name in ("speech_end", "endpoint", "asr_start", "asr_final"):
             setattr(self.trace, name, getattr(asr, name))
         self.trace.hangover_s, self.trace.asr_audio_s, self.trace.asr_decode_s = asr.hangover_s, asr.asr_audio_s, asr.asr_decode_s
+        self.trace.speculative = True
         self.turn.trace = self.trace
         self.confirmed.set()
         for event in self.held:
@@ -222,13 +226,19 @@ class VoiceSession:
         self._reply_task: asyncio.Task | None = None
         self._detector: EndpointDetector | None = None
         self._replying: TurnState | None = None
+        self._typed: Reply | None = None
         self._turn_ids = 0
+        self._tasks: set[asyncio.Task] = set()  # every task started outside the stage group
+        self._closed = False
 
     def subscribe(self, callback: Callable[[Event], None]) -> None:
         """Call ``callback(event)`` on the event loop for every event, in order."""
         self._subscribers.append(callback)
 
     def publish(self, event: Event) -> None:
+        """Hand ``event`` to every subscriber (nothing after :meth:`close`)."""
+        if self._closed:
+            return
         for callback in self._subscribers:
             try:
                 callback(event)
@@ -238,7 +248,9 @@ class VoiceSession:
     # -- the pipeline, top to bottom ----------------------------------------------------------
 
     async def run(self) -> list[TurnTrace]:
-        """Run until the source ends and the last reply is done; return the turn traces.
+        """Run until the source ends and the last reply (spoken or typed) is done; return the
+        turn traces. Cancelling it (or :meth:`close`) cancels and awaits every task the session
+        started: stages, interim and final decodes, replies.
 
         Raises:
             audio.AudioError: the source failed (unreadable file, device error).
@@ -247,18 +259,47 @@ class VoiceSession:
         frames: asyncio.Queue = asyncio.Queue(size)
         speech: asyncio.Queue = asyncio.Queue(size)
         utterances: asyncio.Queue = asyncio.Queue(4)
+        self._run_task = asyncio.current_task()
+        finished = False
         try:
             async with asyncio.TaskGroup() as stages:
                 stages.create_task(self._read_source(frames))
                 stages.create_task(self._detect_speech(frames, speech))
                 stages.create_task(self._transcribe(speech, utterances))
                 stages.create_task(self._converse(utterances))
+            while typed := [t for t in self._tasks if not t.done()]:  # a typed reply still playing
+                await asyncio.wait(typed)
+            finished = True
         except BaseExceptionGroup as group:  # report the first real failure, not the group
             raise group.exceptions[0] from None
         finally:
+            if not finished:
+                await self._cancel_tasks()
             if self.sink is not None:
                 await self.sink.close()
         return self.traces
+
+    def close(self) -> None:
+        """End the conversation now: no event is published any more, and every task of the
+        session (including :meth:`run`) is cancelled; :meth:`run` returns once they have ended."""
+        self._closed = True
+        for task in [*self._tasks, getattr(self, "_run_task", None)]:
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def _cancel_tasks(self) -> None:
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:  # shielded: a second cancellation must not leave them behind
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        """Start a task the session owns (cancelled with it)."""
+        task = asyncio.create_task(coro, name=f"quicksilver {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _read_source(self, frames: asyncio.Queue) -> None:
         """Stage 1: frames from the source (file, microphone, network)."""
@@ -319,7 +360,7 @@ class VoiceSession:
                 idle = interim is None or interim.done()
                 voiced = self._detector.trailing_silence_s < INTERIM_SILENCE_S  # keep Whisper free for the final
                 if self.config.interims and early_final is None and idle and voiced and transcriber.interim_due():
-                    interim = asyncio.create_task(self._publish_interim(turn, transcriber))
+                    interim = self._spawn(self._publish_interim(turn, transcriber), f"interim {turn.turn_id}")
                 continue
             event, turn = item
             if isinstance(event, SpeechStart):
@@ -328,17 +369,18 @@ class VoiceSession:
                 continue
             audio = transcriber.audio()[: round((event.end_s - event.start_s) * PIPELINE_RATE_HZ)]
             if early_final is not None and early_final[0] != event.end_s:
-                await utterances.put(Discard())  # speech went on after the last pause
+                early_final[1].cancel()  # speech went on after the last pause: no speculation from it
+                await utterances.put(Discard())
                 early_final = None
             if isinstance(event, SpeechPause):
-                decode = asyncio.create_task(self._decode_at_pause(turn, transcriber, audio, event.end_s, utterances))
+                decode = self._spawn(self._decode_at_pause(turn, transcriber, audio, event, utterances), f"decode {turn.turn_id}")
                 early_final = (event.end_s, decode)
                 continue
             # SpeechEnd: the endpoint. Use the decode started at the pause if it covers this end.
             if early_final is not None:
                 decode = early_final[1]
             else:
-                decode = asyncio.create_task(self._decode_final(turn, transcriber, audio))
+                decode = self._spawn(self._decode_final(turn, transcriber, audio), f"final {turn.turn_id}")
             transcriber = interim = early_final = None
             await self._finalize(turn, await decode, event.end_s, utterances)
         await utterances.put(_END)
@@ -358,13 +400,21 @@ class VoiceSession:
         hyp, rejected = await transcriber.final(audio)
         return hyp, rejected, started, time.monotonic()
 
-    async def _decode_at_pause(self, turn, transcriber, audio, end_s: float, utterances: asyncio.Queue):
-        """The final decode started at a pause; an accepted transcript may start a held reply."""
+    async def _decode_at_pause(self, turn, transcriber, audio, pause: SpeechPause, utterances: asyncio.Queue):
+        """The final decode started at a pause; an accepted transcript may start a held reply,
+        and one that reads as a finished turn lets the VAD end the turn early."""
         decoded = await self._decode_final(turn, transcriber, audio)
         hyp, rejected = decoded[0], decoded[1]
+        if not rejected and self._ends_early and reads_as_complete(hyp.text):
+            self._detector.end_early(pause.speech_end_s)
         if not rejected and self._speculates:
-            await utterances.put(Speculation(turn, hyp.text, end_s))
+            await utterances.put(Speculation(turn, hyp.text, pause.end_s))
         return decoded
+
+    @property
+    def _ends_early(self) -> bool:
+        # live only: a recording fed faster than real time would race the decode against the VAD
+        return self.config.turn_taking == "barge_in" and self.config.vad.complete_silence_ms is not None
 
     @property
     def _speculates(self) -> bool:
@@ -421,22 +471,67 @@ class VoiceSession:
                 self.publish(PipelineError(turn_id=item.turn.turn_id, stage="reply", message=repr(error)))
             self._reply_task = self._replying = None
             self._finish_turn(item.turn)
+        if pending is not None:  # the stream ended after a pause the endpoint never confirmed
+            pending.cancel()
 
     def _start_reply(self, utterance: Utterance, confirmed: bool) -> Reply:
         trace = utterance.turn.trace if confirmed else TurnTrace(utterance.turn.turn_id)
         reply = Reply(utterance.turn, utterance.end_s, trace)
         if confirmed:
             reply.confirmed.set()
-        reply.task = asyncio.create_task(self._reply(reply, utterance.text))
+        reply.task = self._spawn(self._reply(reply, utterance.text), f"reply {utterance.turn.turn_id}")
         return reply
+
+    # -- typed turns and cancellation (the server's input.text / response.cancel) -----------
+
+    def reply_to_text(self, text: str) -> int:
+        """Answer a typed user turn like a spoken one: reply drafts, reply text, speech on the
+        sink and a trace (no ASR, no cleanup). A reply still in progress is cancelled first.
+        Call on the event loop; returns the new turn's id. The trace is published when the reply
+        ends, also when it is cancelled before it started."""
+        self.cancel_reply()
+        self._turn_ids += 1
+        turn = TurnState(self._turn_ids, TurnTrace(self._turn_ids))
+        reply = Reply(turn, 0.0, turn.trace)
+        reply.confirmed.set()
+        reply.task = self._spawn(self._reply(reply, text, cleanup=False), f"typed reply {turn.turn_id}")
+        reply.task.add_done_callback(lambda task: self._typed_reply_done(turn, task))
+        self._typed = reply
+        return turn.turn_id
+
+    def cancel_reply(self, stream_s: float = 0.0) -> bool:
+        """Stop the reply being produced or played (spoken or typed turn): cancel its LM and TTS
+        work, cut the sink, publish ``Interrupted``. Returns whether there was one."""
+        interrupted = []
+        if self._reply_task is not None and not self._reply_task.done():
+            self._reply_task.cancel()
+            interrupted.append(self._replying)
+        if self._typed is not None and not self._typed.task.done():
+            self._typed.task.cancel()
+            interrupted.append(self._typed.turn)
+        self._typed = None
+        if not interrupted:
+            return False
+        if self.sink is not None and hasattr(self.sink, "interrupt"):
+            self.sink.interrupt()
+        for turn in interrupted:
+            turn.trace.interrupted = True
+            self.publish(Interrupted(turn_id=turn.turn_id, stream_s=stream_s))
+        return True
+
+    def _typed_reply_done(self, turn: TurnState, task: asyncio.Task) -> None:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("typed reply failed", exc_info=error)
+            self.publish(PipelineError(turn_id=turn.turn_id, stage="reply", message=repr(error)))
+        self._finish_turn(turn)
 
     # -- one reply ----------------------------------------------------------------------------
 
-    async def _reply(self, reply: Reply, transcript: str) -> None:
+    async def _reply(self, reply: Reply, transcript: str, cleanup: bool = True) -> None:
         lm, effort, trace, turn_id = self.pipeline.lm, self.config.reasoning_effort, reply.trace, reply.turn.turn_id
         try:
             user_text = transcript
-            if self.config.cleanup:
+            if self.config.cleanup and cleanup:
                 trace.mark("cleanup_start")
                 user_text = (await lm.acleanup(transcript, effort)).strip() or transcript
                 trace.mark("cleanup_done")
@@ -502,14 +597,8 @@ class VoiceSession:
 
     def _barge_in(self, stream_s: float) -> None:
         """Speech started: cancel a reply that is being produced or played."""
-        task = self._reply_task
-        if self.config.turn_taking != "barge_in" or task is None or task.done():
-            return
-        task.cancel()
-        if self.sink is not None and hasattr(self.sink, "interrupt"):
-            self.sink.interrupt()
-        self._replying.trace.interrupted = True
-        self.publish(Interrupted(turn_id=self._replying.turn_id, stream_s=stream_s))
+        if self.config.turn_taking == "barge_in":
+            self.cancel_reply(stream_s)
 
     def _finish_turn(self, turn: TurnState, publish_trace: bool = True) -> None:
         """A turn is over (answered, interrupted, or rejected as non-speech): trace it, release it."""

@@ -56,7 +56,11 @@ class TurnTrace:
     """Timestamps (monotonic seconds) and work figures of one turn.
 
     ``asr_audio_s``/``asr_decode_s`` and ``tts_audio_s``/``tts_synth_s`` give the real-time
-    factors of the final decode and of the synthesis.
+    factors of the final decode and of the synthesis. ``hangover_s`` is the silence the VAD waited
+    for (``complete_silence_ms`` when the transcript at the pause read as a finished turn,
+    ``min_silence_ms`` otherwise). ``speculative``: the cleanup, reply and synthesis started at
+    the pause, before the endpoint, and were held until the endpoint confirmed the turn (their
+    timestamps may then precede ``endpoint``; ``first_tts_audio`` never does).
     """
 
     turn_id: int
@@ -78,6 +82,7 @@ class TurnTrace:
     tts_audio_s: float = 0.0
     tts_synth_s: float = 0.0
     interrupted: bool = False
+    speculative: bool = False
 
     def mark(self, stage: str, at: float | None = None) -> float:
         """Record ``stage`` now (or at ``at``); the first mark of a stage wins. Returns the time."""
@@ -124,7 +129,8 @@ class TurnTrace:
         end = self.tts_done or self.reply_done or self.asr_final or self.endpoint
         if start is None or end is None:
             return
-        attributes = {"quicksilver.turn_id": self.turn_id, "quicksilver.interrupted": self.interrupted}
+        attributes = {"quicksilver.turn_id": self.turn_id, "quicksilver.interrupted": self.interrupted,
+                      "quicksilver.speculative": self.speculative}
         for name, value in self.durations().items():
             if value is not None:
                 attributes[f"quicksilver.{name}"] = value
