@@ -69,6 +69,29 @@ class TrainConfig:
     threads: int = 2
 
 
+def noise_canvas(batch: dict, t: torch.Tensor, generator: torch.Generator,
+                 mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward (noising) process x_0 -> x_t of MDLM on the output positions.
+
+    Every output position (``target != -100``) holds its clean token ``x_0`` and is
+    replaced by the mask token independently with probability ``t`` (its row's value);
+    prompt tokens are never masked.
+
+    Args:
+        batch: as for :func:`mdlm_loss`.
+        t: ``(B, 1)`` float masking probabilities in ``(0, 1]``.
+
+    Returns:
+        ``(input_ids, masked)``: the ``(B, T)`` long noised sequence and the ``(B, T)``
+        bool positions that were masked.
+    """
+    target = batch["target"]
+    output = target != -100
+    masked = output & (torch.rand(target.shape, generator=generator) < t)
+    clean = torch.where(output, target, batch["input_ids"])
+    return torch.where(masked, torch.full_like(target, mask_id), clean), masked
+
+
 def mdlm_loss(model, batch: dict, eps: float, generator: torch.Generator, mask_id: int) -> torch.Tensor:
     """The MDLM loss of one batch (see module docstring).
 
@@ -83,8 +106,7 @@ def mdlm_loss(model, batch: dict, eps: float, generator: torch.Generator, mask_i
     output = target != -100
     b = target.shape[0]
     t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)
-    masked = output & (torch.rand(target.shape, generator=generator) < t)
-    input_ids = torch.where(masked, torch.full_like(target, mask_id), batch["input_ids"])
+    input_ids, masked = noise_canvas(batch, t, generator, mask_id)
     hidden = model.bert(
         input_ids=input_ids, position_ids=batch["position_ids"],
         token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],

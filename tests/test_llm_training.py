@@ -98,3 +98,19 @@ def test_word_consistent_decoding_keeps_or_drops_whole_words():
     canvas[0] = ids.delete
     out = cv.decode_cleanup(src, canvas, ids, starts)
     assert tok.decode(out).split() == ["studies"]
+
+
+def test_noised_canvas_shows_the_clean_tokens_it_does_not_mask():
+    """x_t holds x_0 at unmasked output positions (else the model only ever sees t = 1)."""
+    from llm.train import noise_canvas
+
+    tok, ids, batch = small_batch()
+    output = batch["target"] != -100
+    for t_value, low, high in ((0.1, 0.02, 0.2), (0.5, 0.4, 0.6), (1.0, 1.0, 1.0)):
+        t = torch.full((batch["target"].shape[0], 1), t_value)
+        x, masked = noise_canvas(batch, t, torch.Generator().manual_seed(0), ids.mask)
+        assert torch.equal(masked, x == ids.mask)
+        assert not masked[~output].any()
+        assert torch.equal(x[output & ~masked], batch["target"][output & ~masked])
+        assert torch.equal(x[~output], batch["input_ids"][~output])
+        assert low <= masked[output].float().mean().item() <= high
