@@ -10,12 +10,16 @@
 - :func:`rejection_reason` is the non-speech filter for finals, after Whisper's own rules
   (``transcribe.py``: ``no_speech_threshold=0.6``, ``logprob_threshold=-1.0``,
   ``compression_ratio_threshold=2.4``), tightened for the ``tiny.en`` model (see :class:`AsrConfig`).
+- :func:`instability_reason` is the second check of a final that passed it with middling
+  confidence: decoded again with a little silence before it, real English says the same words,
+  foreign speech forced through the English-only model does not (self-consistency).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import functools
 import re
 import threading
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from audio.frames import PIPELINE_RATE_HZ, int16_to_float32
+from voice.metrics import normalize_transcript
 
 
 class TranscriptionError(RuntimeError):
@@ -51,6 +56,17 @@ class AsrConfig:
             ``samples/``: clean English −0.11…−0.60 (8 kHz LDC93S1 the lowest), Russian −1.09,
             French −2.12, Mandarin −1.32, two overlapping English speakers −0.87; hence −0.8.
         max_compression_ratio: gzip ratio above which the text is a repetition loop (Whisper: 2.4).
+        verify_below_logprob: a final accepted with ``avg_logprob`` below this is decoded a second
+            time with ``verify_lead_s`` of silence before it and kept only if the two transcripts
+            agree on at least ``min_agreement`` of their words (:func:`transcript_agreement`).
+            tiny.en has no language identification, and a short stretch of foreign speech can
+            decode as a plausible English phrase (russian.wav's 0.8 s middle fragment: "Any
+            breath?", avg_logprob −0.64, no_speech_prob 0.02, as confident as real English); its
+            second decode is an unrelated phrase. Measured on ``samples/`` (fragments the VAD cuts
+            at 128–700 ms): English agreement 1.00 (jfk's fragments, "one two three", goforward,
+            hotwords), 0.78 (8 kHz LDC93S1), 0.76 (the two-talker stereo downmix); Russian
+            fragment 0.00; hence 0.5. Finals above −0.5 (the clean English finals: −0.13…−0.46) skip
+            the second decode.
         short_context_s: encode only this much audio (the utterance plus silence) instead of
             Whisper's fixed 30 s window; 0 disables. The encoder's cost grows with its input, so
             a 3 s utterance decodes ≈3× faster; CTranslate2 accepts the shorter input. Whisper was
@@ -69,6 +85,9 @@ class AsrConfig:
     min_avg_logprob: float = -0.8
     max_compression_ratio: float = 2.4
     short_context_s: float = 10.0
+    verify_below_logprob: float = -0.5
+    verify_lead_s: float = 0.25
+    min_agreement: float = 0.5
 
 
 @functools.lru_cache(maxsize=4)
@@ -238,6 +257,26 @@ def rejection_reason(hyp: Hypothesis, config: AsrConfig = AsrConfig()) -> str | 
     return None
 
 
+def transcript_agreement(a: str, b: str) -> float:
+    """Word overlap of two transcripts in [0, 1]: 2 × matched words / total words, words
+    normalised as for WER (case, punctuation, numbers), matched in order (``difflib``)."""
+    wa, wb = normalize_transcript(a).split(), normalize_transcript(b).split()
+    if not wa and not wb:
+        return 1.0
+    matched = sum(block.size for block in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_matching_blocks())
+    return 2 * matched / (len(wa) + len(wb))
+
+
+def instability_reason(hyp: Hypothesis, second: Hypothesis, config: AsrConfig = AsrConfig()) -> str | None:
+    """Why ``hyp`` must be dropped given ``second``, the same audio decoded with
+    ``verify_lead_s`` of silence before it; ``None`` when they agree (see :class:`AsrConfig`)."""
+    agreement = transcript_agreement(hyp.text, second.text)
+    if agreement < config.min_agreement:
+        return (f"not English or unclear (unstable transcript: {hyp.text!r} vs {second.text!r}, "
+                f"agreement {agreement:.2f} < {config.min_agreement})")
+    return None
+
+
 def _comparable(word: str) -> str:
     return re.sub(r"[^\w']", "", word.lower())
 
@@ -324,4 +363,10 @@ class StreamingTranscriber:
         if len(audio) == 0:
             return Hypothesis("", 1.0, 0.0, 0.0, 0.0, 0.0), "no audio"
         hyp = await asyncio.to_thread(self.recognizer.decode, audio)
-        return hyp, rejection_reason(hyp, self.config)
+        rejected = rejection_reason(hyp, self.config)
+        if rejected is None and hyp.avg_logprob < self.config.verify_below_logprob:
+            lead = np.zeros(round(self.config.verify_lead_s * PIPELINE_RATE_HZ), dtype=np.int16)
+            second = await asyncio.to_thread(self.recognizer.decode, np.concatenate([lead, audio]))
+            rejected = instability_reason(hyp, second, self.config)
+            hyp = dataclasses.replace(hyp, decode_s=hyp.decode_s + second.decode_s)
+        return hyp, rejected
