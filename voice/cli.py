@@ -59,6 +59,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--coqui-model", metavar="DIR", help="use Coqui TTS with this local model folder instead of Piper")
     p.add_argument("--no-cleanup", action="store_true", help="skip LM transcript cleanup")
     p.add_argument("--min-silence-ms", type=int, default=700, help="endpoint hangover in ms (default: %(default)s)")
+    p.add_argument("--complete-silence-ms", type=int, default=400,
+                   help="shorter hangover after a pause whose transcript reads as a finished turn, live "
+                        "sessions only; 0 = always --min-silence-ms (default: %(default)s)")
     p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero speech probability threshold")
     p.add_argument("--trace-exporter", choices=("none", "console", "otlp"), default="none",
                    help="export OpenTelemetry spans per turn (default: %(default)s)")
@@ -73,10 +76,11 @@ def _config(args, turn_taking: str, reply: bool):
     from voice.asr import AsrConfig
     from voice.pipeline import PipelineConfig
 
-    if args.min_silence_ms < 100 or not 0.0 < args.vad_threshold < 1.0:
-        raise ValueError("--min-silence-ms must be ≥ 100 and --vad-threshold in (0, 1)")
+    if args.min_silence_ms < 100 or not 0.0 < args.vad_threshold < 1.0 or args.complete_silence_ms < 0:
+        raise ValueError("--min-silence-ms must be ≥ 100, --complete-silence-ms ≥ 0 and --vad-threshold in (0, 1)")
     return PipelineConfig(
-        vad=VadConfig(threshold=args.vad_threshold, min_silence_ms=args.min_silence_ms),
+        vad=VadConfig(threshold=args.vad_threshold, min_silence_ms=args.min_silence_ms,
+                      complete_silence_ms=args.complete_silence_ms or None),
         asr=AsrConfig(model=args.asr_model),
         turn_taking=turn_taking,
         reply=reply,
