@@ -39,8 +39,8 @@ from audio.buffer import StreamBuffer
 from audio.frames import PIPELINE_RATE_HZ, AudioFrame
 from audio.vad import EndpointDetector, SpeechEnd, SpeechPause, SpeechStart, VadConfig
 from llm.backend import LanguageModel, LanguageModelError, Turn
-from voice.endpointing import reads_as_complete
 from voice.asr import AsrConfig, StreamingTranscriber, WhisperRecognizer
+from voice.endpointing import reads_as_complete
 from voice.events import (
     AudioChunk,
     CleanedTranscript,
@@ -229,6 +229,7 @@ class VoiceSession:
         self._typed: Reply | None = None
         self._turn_ids = 0
         self._tasks: set[asyncio.Task] = set()  # every task started outside the stage group
+        self._run_task: asyncio.Task | None = None
         self._closed = False
 
     def subscribe(self, callback: Callable[[Event], None]) -> None:
@@ -283,7 +284,7 @@ class VoiceSession:
         """End the conversation now: no event is published any more, and every task of the
         session (including :meth:`run`) is cancelled; :meth:`run` returns once they have ended."""
         self._closed = True
-        for task in [*self._tasks, getattr(self, "_run_task", None)]:
+        for task in [*self._tasks, self._run_task]:
             if task is not None and not task.done():
                 task.cancel()
 
