@@ -49,6 +49,10 @@ class AsrConfig:
         beam_size: 1 = greedy (latency); Whisper's default is 5.
         language: spoken language passed to Whisper; ``None`` = detect (multilingual models only).
         interim_interval_s: re-decode period of the growing utterance for interim transcripts.
+        interim_max_duty: interims keep Whisper busy at most this fraction of the time: the period
+            grows to (last interim decode time) / duty when decodes are slow (a loaded CPU). An
+            interim still decoding when the speech ends delays the final decode, which waits for
+            the model; on the shared 2-core CPU a decode took 0.27 s idle and 3 s under load.
         max_no_speech_prob: a final whose no-speech probability exceeds this is dropped
             (Whisper's ``no_speech_threshold``; kitchen noise that passed the VAD scored 0.77).
         min_avg_logprob: a final below this mean token log-probability is dropped as unclear or
@@ -81,6 +85,7 @@ class AsrConfig:
     beam_size: int = 1
     language: str | None = "en"
     interim_interval_s: float = 0.5
+    interim_max_duty: float = 0.5
     max_no_speech_prob: float = 0.6
     min_avg_logprob: float = -0.8
     max_compression_ratio: float = 2.4
@@ -332,6 +337,7 @@ class StreamingTranscriber:
         self._audio: list[np.ndarray] = []
         self._samples = 0
         self._decoded_samples = 0
+        self._interim_decode_s = 0.0
         self.agreement = LocalAgreement()
 
     def extend(self, samples: np.ndarray) -> None:
@@ -345,14 +351,17 @@ class StreamingTranscriber:
         return self._audio[0] if self._audio else np.zeros(0, dtype=np.int16)
 
     def interim_due(self) -> bool:
-        """True when ``interim_interval_s`` of new audio arrived since the last interim decode."""
-        return (self._samples - self._decoded_samples) / PIPELINE_RATE_HZ >= self.config.interim_interval_s
+        """True when ``interim_interval_s`` of new audio (or more, see ``interim_max_duty``)
+        arrived since the last interim decode."""
+        period_s = max(self.config.interim_interval_s, self._interim_decode_s / self.config.interim_max_duty)
+        return (self._samples - self._decoded_samples) / PIPELINE_RATE_HZ >= period_s
 
     async def interim(self) -> Interim:
         """Re-decode the utterance so far and apply LocalAgreement-2."""
         audio = self.audio()
         self._decoded_samples = len(audio)
         hyp = await asyncio.to_thread(self.recognizer.decode, audio)
+        self._interim_decode_s = hyp.decode_s
         self.agreement.update(hyp.words)
         return Interim(" ".join(self.agreement.committed), " ".join(self.agreement.tentative()))
 
