@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
+from transformers import BertForMaskedLM
 
 #: Signature of the per-step callback: ``(step, x)`` with ``x`` the whole
 #: ``(batch, prompt + gen_length)`` canvas after that step. Returning ``False`` stops sampling early.
@@ -71,7 +72,7 @@ def generate(
             steps_iter.close()
             return _fill_remaining(model, x, mask_id, dict(sampling.get("model_kwargs") or {}),
                                    _banned(mask_id, sampling.get("suppress_ids", ()), x.device),
-                                   prompt_ids.shape[1], passes)
+                                   prompt_ids.shape[1], passes, sampling.get("logits_hook"))
     return x, passes
 
 
@@ -119,8 +120,8 @@ def denoising_steps(
         canvas: ``(batch, gen_length)`` initial output positions (default: all masks).
             Only masked positions are filled; the others are kept.
         generator: random source for ``random`` remasking and temperature sampling.
-        logits_hook: edits the ``(batch, length, vocab)`` float logits in place before
-            each prediction (e.g. a minimum length: no end-of-sequence at the first slot).
+        logits_hook: edits the ``(batch, gen_length, vocab)`` float logits of the output
+            positions in place before each prediction (e.g. a minimum length: no end-of-sequence at the first slot).
 
     The last item has no mask left in the output positions. Closing the generator stops
     sampling (no further forward pass).
@@ -146,29 +147,25 @@ def denoising_steps(
     device = prompt_ids.device
     if canvas is None:
         canvas = torch.full((batch, gen_length), mask_id, dtype=torch.long, device=device)
-    x = torch.cat([prompt_ids, canvas.to(device)], dim=1)
+    y = canvas.to(device).clone()  # the output positions; the prompt is never changed
     kwargs = dict(model_kwargs or {})
     banned = _banned(mask_id, suppress_ids, device)
     rows = torch.arange(batch, device=device)
 
     passes = 0
     for block in range(num_blocks):
-        start = prompt_length + block * block_length
-        end = min(prompt_length + gen_length, start + block_length)
-        in_block = torch.zeros_like(x, dtype=torch.bool)
+        start, end = block * block_length, min(gen_length, (block + 1) * block_length)
+        in_block = torch.zeros_like(y, dtype=torch.bool)
         in_block[:, start:end] = True
         # steps shared out in proportion to block size (the last block may be shorter)
         steps_per_block = max(1, round(steps * (end - start) / gen_length))
-        plan = num_transfer_tokens((x == mask_id) & in_block, steps_per_block)
+        plan = num_transfer_tokens((y == mask_id) & in_block, steps_per_block)
         for i in range(steps_per_block if threshold is None else end - start):
-            masked = (x == mask_id) & in_block
+            masked = (y == mask_id) & in_block
             if not masked.any():
                 break
-            logits = model(input_ids=x, **kwargs).logits.float()
+            logits = _predict(model, torch.cat([prompt_ids, y], dim=1), kwargs, prompt_length, banned, logits_hook)
             passes += 1
-            logits[..., banned] = float("-inf")
-            if logits_hook is not None:
-                logits_hook(logits)
             if temperature > 0:
                 uniform = torch.rand(logits.shape, generator=generator, device=device).clamp_min(1e-20)
                 prediction = (logits / temperature - torch.log(-torch.log(uniform))).argmax(dim=-1)
@@ -177,7 +174,7 @@ def denoising_steps(
             if remasking == "low_confidence":
                 confidence = torch.softmax(logits, dim=-1).gather(-1, prediction[..., None]).squeeze(-1)
             else:
-                confidence = torch.rand(x.shape, generator=generator, device=device)
+                confidence = torch.rand(y.shape, generator=generator, device=device)
             confidence = torch.where(masked, confidence, torch.full_like(confidence, -1.0))
 
             if threshold is not None:
@@ -191,17 +188,37 @@ def denoising_steps(
                     k = int(masked[row].sum()) if last else int(plan[row, i])
                     if k > 0:
                         commit[row, torch.topk(confidence[row], k).indices] = True
-            x = torch.where(commit, prediction, x)
-            yield x, passes
+            y = torch.where(commit, prediction, y)
+            yield torch.cat([prompt_ids, y], dim=1), passes
 
 
-def _fill_remaining(model, x, mask_id, kwargs, banned, prompt_length, passes):
+def canvas_logits(model: torch.nn.Module, x: torch.Tensor, model_kwargs: dict, prompt_length: int) -> torch.Tensor:
+    """Float logits of the output positions: ``(batch, length - prompt_length, vocab)``.
+
+    A ``BertForMaskedLM`` (the Quicksilver checkpoint) runs its MLM head on the output
+    positions only, which saves the vocabulary projection of the prompt; any other model
+    is called as ``model(input_ids=x, **model_kwargs).logits`` and sliced.
+    """
+    if isinstance(model, BertForMaskedLM):
+        hidden = model.bert(input_ids=x, **model_kwargs).last_hidden_state
+        return model.cls(hidden[:, prompt_length:]).float()
+    return model(input_ids=x, **model_kwargs).logits[:, prompt_length:].float()
+
+
+def _predict(model, x, kwargs, prompt_length, banned, logits_hook):
+    logits = canvas_logits(model, x, kwargs, prompt_length)
+    logits[..., banned] = float("-inf")
+    if logits_hook is not None:
+        logits_hook(logits)
+    return logits
+
+
+def _fill_remaining(model, x, mask_id, kwargs, banned, prompt_length, passes, logits_hook=None):
     """Early stop: one last forward pass fills every position still masked."""
-    masked = x == mask_id
-    masked[:, :prompt_length] = False
+    masked = x[:, prompt_length:] == mask_id
     if not masked.any():
         return x, passes
     with torch.no_grad():
-        logits = model(input_ids=x, **kwargs).logits.float()
-    logits[..., banned] = float("-inf")
-    return torch.where(masked, logits.argmax(dim=-1), x), passes + 1
+        logits = _predict(model, x, kwargs, prompt_length, banned, logits_hook)
+    canvas = torch.where(masked, logits.argmax(dim=-1), x[:, prompt_length:])
+    return torch.cat([x[:, :prompt_length], canvas], dim=1), passes + 1

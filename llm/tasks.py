@@ -158,7 +158,7 @@ class CanvasTasks:
 
         def constrain(logits: torch.Tensor) -> None:
             # output slots may only keep, delete, re-case an input word or add punctuation
-            logits[:, prompt.shape[1]:, :].masked_fill_(banned, float("-inf"))
+            logits.masked_fill_(banned, float("-inf"))
 
         starts = [self.word_starts(src) for src in srcs]
 
@@ -218,7 +218,7 @@ class CanvasTasks:
             self.loaded.model, prompt, canvas.shape[1], self.ids.mask,
             steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
             remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.reply_suppress,
-            canvas=canvas, logits_hook=lambda logits: logits[:, prompt.shape[1], self.ids.eos].fill_(float("-inf")),
+            canvas=canvas, logits_hook=lambda logits: logits[:, 0, self.ids.eos].fill_(float("-inf")),
         ):
             if text:
                 yield text
