@@ -16,6 +16,7 @@ and the real-time factors (processing time / audio time) of the ASR final decode
     python bench/v2v.py --rounds 1 --json-out /tmp/v2v.json
     python bench/v2v.py --sweep-hangover      # VAD hangover vs. turns and WER (no LM)
     python bench/v2v.py --complete-silence-ms 0   # no early endpoint: always the full hangover
+    python bench/v2v.py --sweep-early-endpoint --samples silero_en_60s.wav jfk.wav …   # where it splits
 
 Not a test: figures depend on the machine (the issue's target: p50 ≤ 600 ms on a 2-core CPU).
 """
@@ -152,6 +153,43 @@ def sweep_hangover(args) -> dict:
     return {"hangover_sweep": rows}
 
 
+def sweep_early_endpoint(args) -> dict:
+    """Early-endpoint hangover (``complete_silence_ms``) vs. where the utterances are cut: the
+    detector run over each sample, the transcript decoded at every pause as the pipeline does, and
+    the resulting utterances' finals (ASR only, not paced, so decodes never arrive late)."""
+    import numpy as np
+
+    from audio.decode import decode_file
+    from audio.frames import AudioFrame
+    from audio.vad import EndpointDetector, SpeechEnd, SpeechPause, VadConfig
+    from voice.asr import WhisperRecognizer, rejection_reason
+    from voice.endpointing import reads_as_complete
+
+    refs = json.loads((ROOT / "samples" / "references.json").read_text())
+    recognizer = WhisperRecognizer()
+    rows = []
+    for ms in (None, 300, 400, 500):
+        for name in args.samples:
+            ref = refs.get(name, {})
+            audio = decode_file(ROOT / "samples" / name, raw_rate_hz=ref.get("raw_rate_hz") if isinstance(ref, dict) else None)
+            audio = np.concatenate([audio, np.zeros(2 * 16000, np.int16)])
+            detector = EndpointDetector(VadConfig(complete_silence_ms=ms))
+            cuts = []
+            for i in range(0, len(audio), 512):
+                for event in detector.process(AudioFrame(audio[i : i + 512], 16000, i / 16000)):
+                    if isinstance(event, SpeechPause):
+                        hyp = recognizer.decode(audio[int(event.start_s * 16000) : i + 512])
+                        if rejection_reason(hyp) is None and reads_as_complete(hyp.text):
+                            detector.end_early(event.speech_end_s)
+                    elif isinstance(event, SpeechEnd):
+                        hyp = recognizer.decode(audio[int(event.start_s * 16000) : int(event.end_s * 16000)])
+                        cuts.append({"hangover_ms": round(event.hangover_s * 1000), "text": hyp.text})
+            rows.append({"complete_silence_ms": ms, "sample": name, "utterances": len(cuts), "cuts": cuts})
+            print(f"{ms or '—':>5} ms  {name:28} utterances {len(cuts)}  " + " | ".join(
+                f"[{c['hangover_ms']}] {c['text']}" for c in cuts), file=sys.stderr)
+    return {"early_endpoint_sweep": rows}
+
+
 def print_summary(result: dict) -> None:
     def ms(v):
         return "—" if v is None else f"{v * 1000:7.0f} ms"
@@ -181,9 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llm-base-url")
     p.add_argument("--device", choices=("cpu", "cuda"))
     p.add_argument("--sweep-hangover", action="store_true", help="VAD hangover sweep (ASR only, no LM)")
+    p.add_argument("--sweep-early-endpoint", action="store_true",
+                   help="complete_silence_ms sweep: where utterances are cut (ASR only, no LM)")
     args = p.parse_args(argv)
-    result = sweep_hangover(args) if args.sweep_hangover else run_benchmark(args)
-    if not args.sweep_hangover:
+    sweep = args.sweep_hangover or args.sweep_early_endpoint
+    if args.sweep_early_endpoint:
+        result = sweep_early_endpoint(args)
+    else:
+        result = sweep_hangover(args) if args.sweep_hangover else run_benchmark(args)
+    if not sweep:
         print_summary(result)
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -504,10 +504,12 @@ class VoiceSession:
         """Stop the reply being produced or played (spoken or typed turn): cancel its LM and TTS
         work, cut the sink, publish ``Interrupted``. Returns whether there was one."""
         interrupted = []
-        if self._reply_task is not None and not self._reply_task.done():
+        # a cancelled reply may take a while to end (the LM finishes its current step on its
+        # thread): it is interrupted once, not again by the next speech start
+        if self._reply_task is not None and not self._reply_task.done() and not self._reply_task.cancelling():
             self._reply_task.cancel()
             interrupted.append(self._replying)
-        if self._typed is not None and not self._typed.task.done():
+        if self._typed is not None and not self._typed.task.done() and not self._typed.task.cancelling():
             self._typed.task.cancel()
             interrupted.append(self._typed.turn)
         self._typed = None
