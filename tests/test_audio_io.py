@@ -34,7 +34,7 @@ async def test_file_source_in_real_time_takes_the_file_duration():
     started = time.monotonic()
     frames = await collect(FileSource(sample("english_one_two_three.wav"), realtime=True))
     elapsed = time.monotonic() - started
-    assert 2.6 < elapsed < 4.0  # 2.745 s of audio (upper bound loose for a loaded CI machine)
+    assert 2.6 < elapsed < 10.0  # 2.745 s of audio paced in real time (upper bound: no stall, even loaded)
     assert frames[-1].end_s == pytest.approx(2.745, abs=0.01)
 
 
@@ -81,7 +81,7 @@ async def test_wav_sink_in_real_time_plays_for_the_frame_duration(tmp_path):
     started = time.monotonic()
     for _ in range(5):
         await sink.write(AudioFrame(np.zeros(1600, np.int16), 16000))
-    assert 0.45 < time.monotonic() - started < 1.0
+    assert 0.45 < time.monotonic() - started < 5.0  # 0.5 s of frames paced in real time
     await sink.close()
 
 
