@@ -151,10 +151,10 @@ class CanvasTasks:
         layouts = [cv.cleanup_layout(s, self.ids) for s in srcs]
         prompt, canvas, kwargs = self._batch(layouts)
         gen_length = canvas.shape[1]
-        allowed = torch.zeros(len(srcs), len(self.tok), dtype=torch.bool, device=prompt.device)
-        for row, index in enumerate(owner):
-            allowed[row, self.allowed_output_ids(texts[index])] = True
-        banned = ~allowed[:, None, :]
+        allowed = torch.zeros(len(texts), len(self.tok), dtype=torch.bool, device=prompt.device)
+        for index, text in enumerate(texts):  # once per text, shared by its chunks
+            allowed[index, self.allowed_output_ids(text)] = True
+        banned = ~allowed[torch.tensor(owner, device=prompt.device), None, :]
 
         def constrain(logits: torch.Tensor) -> None:
             # output slots may only keep, delete, re-case an input word or add punctuation
