@@ -9,10 +9,20 @@ import numpy as np
 import pytest
 
 from audio.decode import decode_file
+from audio.sinks import WavFileSink
 from audio.sources import QueueSource
 from audio.vad import VadConfig
 from conftest_voice import recognizer, sample, synthesizer, voice_lm  # noqa: F401 - fixtures
-from voice.events import AudioChunk, CleanedTranscript, FinalTranscript, ReplyDraft, ReplyText, SpeechStarted, TraceReady
+from voice.events import (
+    AudioChunk,
+    CleanedTranscript,
+    FinalTranscript,
+    Interrupted,
+    ReplyDraft,
+    ReplyText,
+    SpeechStarted,
+    TraceReady,
+)
 from voice.metrics import word_error_rate
 from voice.pipeline import PipelineConfig, VoicePipeline
 
@@ -114,3 +124,32 @@ async def test_typed_reply_is_answered_cancelled_and_closed_without_leftovers(re
         await run
     assert second == turn_id + 1 and session.traces[-1].interrupted
     assert other_tasks() == before, f"tasks left after close(): {other_tasks() - before}"
+
+
+async def test_no_audio_is_published_after_the_interrupt(recognizer, synthesizer, voice_lm, tmp_path):
+    """Cancelled at its first audio chunk, a reply plays nothing more — also when the sink never
+    suspends, so the cancellation has not reached the playing task yet (a race CI once hit)."""
+    sink = WavFileSink(tmp_path / "reply.wav", synthesizer.sample_rate_hz)  # not real time: write() never waits
+    session = VoicePipeline(voice_lm, synthesizer, recognizer, PipelineConfig(turn_taking="barge_in")).session(QueueSource(), sink)
+    events = []
+    done = asyncio.Event()
+
+    def on_event(event):
+        events.append(event)
+        if isinstance(event, AudioChunk) and not any(isinstance(e, Interrupted) for e in events):
+            assert session.cancel_reply(stream_s=1.0) is True
+        if isinstance(event, TraceReady):
+            done.set()
+
+    session.subscribe(on_event)
+    run = asyncio.create_task(session.run())
+    turn_id = session.reply_to_text("Tell me a long story about the sea.")
+    await wait_for(done, "trace of the interrupted reply")
+    session.close()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    kinds = [type(e) for e in events if e.turn_id == turn_id]
+    cut = kinds.index(Interrupted)
+    assert kinds[cut - 1] is AudioChunk and kinds.count(AudioChunk) == 1
+    assert kinds[cut + 1 :] == [TraceReady], kinds[cut + 1 :]
+    assert session.traces[-1].interrupted and session.traces[-1].tts_done is None

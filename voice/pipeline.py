@@ -133,6 +133,8 @@ class Reply:
 
     A reply started at a pause (speculative) holds its events and audio until the endpoint
     :meth:`confirm` s the turn; a reply started at the endpoint is confirmed from the start.
+    Once cancelled (barge-in, :meth:`VoiceSession.cancel_reply`) it publishes and plays nothing more, even in the
+    loop iteration before the cancellation reaches its tasks.
     """
 
     turn: TurnState
@@ -141,8 +143,11 @@ class Reply:
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
     held: list = field(default_factory=list)
     task: asyncio.Task | None = None
+    stopped: bool = False
 
     def emit(self, session: "VoiceSession", event: Event) -> None:
+        if self.stopped:
+            return
         if self.confirmed.is_set():
             session.publish(event)
         else:
@@ -162,8 +167,14 @@ class Reply:
         self.held.clear()
 
     def cancel(self) -> None:
+        self.stopped = True
         if self.task is not None:
             self.task.cancel()
+
+    @property
+    def active(self) -> bool:
+        """Being produced or played, and not stopped yet."""
+        return not self.stopped and self.task is not None and not self.task.done()
 
 
 class VoicePipeline:
@@ -223,9 +234,8 @@ class VoiceSession:
         self.history: list[Turn] = []
         self.traces: list[TurnTrace] = []
         self._subscribers: list[Callable[[Event], None]] = []
-        self._reply_task: asyncio.Task | None = None
+        self._spoken: Reply | None = None  # the reply of a spoken turn in progress
         self._detector: EndpointDetector | None = None
-        self._replying: TurnState | None = None
         self._typed: Reply | None = None
         self._turn_ids = 0
         self._tasks: set[asyncio.Task] = set()  # every task started outside the stage group
@@ -465,12 +475,12 @@ class VoiceSession:
                     pending.cancel()
                 reply = self._start_reply(item, confirmed=True)
             pending = None
-            self._replying, self._reply_task = item.turn, reply.task
+            self._spoken = reply
             await asyncio.wait([reply.task])  # barge-in cancels the task, not this stage
             if not reply.task.cancelled() and (error := reply.task.exception()) is not None:
                 log.error("reply failed", exc_info=error)
                 self.publish(PipelineError(turn_id=item.turn.turn_id, stage="reply", message=repr(error)))
-            self._reply_task = self._replying = None
+            self._spoken = None
             self._finish_turn(item.turn)
         if pending is not None:  # the stream ended after a pause the endpoint never confirmed
             pending.cancel()
@@ -506,12 +516,10 @@ class VoiceSession:
         interrupted = []
         # a cancelled reply may take a while to end (the LM finishes its current step on its
         # thread): it is interrupted once, not again by the next speech start
-        if self._reply_task is not None and not self._reply_task.done() and not self._reply_task.cancelling():
-            self._reply_task.cancel()
-            interrupted.append(self._replying)
-        if self._typed is not None and not self._typed.task.done() and not self._typed.task.cancelling():
-            self._typed.task.cancel()
-            interrupted.append(self._typed.turn)
+        for reply in (self._spoken, self._typed):
+            if reply is not None and reply.active:
+                reply.cancel()
+                interrupted.append(reply.turn)
         self._typed = None
         if not interrupted:
             return False
@@ -588,6 +596,8 @@ class VoiceSession:
                 await reply.confirmed.wait()
                 step = int(PLAYBACK_CHUNK_S * rate)
                 for i in range(0, len(pcm), step):
+                    if reply.stopped:  # barged in: the cancellation has not reached this task yet
+                        return
                     frame = AudioFrame(pcm[i : i + step], rate, played_s)
                     played_s += frame.duration_s
                     trace.mark("first_tts_audio")
