@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from llm.cli import add_llm_options, backend_from_args  # noqa: E402
+
 CLEAN = ["jfk.wav", "english_one_two_three.wav", "goforward_16k_s16le.raw", "LDC93S1_8k_mono.wav"]
 
 
@@ -66,7 +68,6 @@ async def play(pipeline, name: str, raw_rate_hz: int | None, out_dir: Path):
 
 
 def run_benchmark(args) -> dict:
-    import llm
     from voice.pipeline import PipelineConfig, VoicePipeline
     from voice.asr import WhisperRecognizer
     from voice.tts import PiperSynthesizer
@@ -77,7 +78,7 @@ def run_benchmark(args) -> dict:
                             cleanup=not args.no_cleanup, vad=VadConfig(min_silence_ms=args.min_silence_ms,
                                                                        complete_silence_ms=args.complete_silence_ms or None))
     started = time.perf_counter()
-    pipeline = VoicePipeline(llm.load_backend(args.llm, args.llm_model, args.llm_base_url, args.device),
+    pipeline = VoicePipeline(backend_from_args(args),
                              PiperSynthesizer(), WhisperRecognizer(config.asr), config)
     pipeline.warm_up()
     load_s = time.perf_counter() - started
@@ -214,10 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-cleanup", action="store_true")
     p.add_argument("--min-silence-ms", type=int, default=700)
     p.add_argument("--complete-silence-ms", type=int, default=400, help="0 = no early endpoint")
-    p.add_argument("--llm", default="local", choices=("local", "openai"))
-    p.add_argument("--llm-model")
-    p.add_argument("--llm-base-url")
-    p.add_argument("--device", choices=("cpu", "cuda"))
+    add_llm_options(p)
     p.add_argument("--sweep-hangover", action="store_true", help="VAD hangover sweep (ASR only, no LM)")
     p.add_argument("--sweep-early-endpoint", action="store_true",
                    help="complete_silence_ms sweep: where utterances are cut (ASR only, no LM)")

@@ -163,6 +163,7 @@ def load_backend(
     device: str | None = None,
     api_key: str | None = None,
     timeout_s: float = 30.0,
+    quantize: str = "auto",
 ) -> LanguageModel:
     """Create the backend chosen by the ``--llm``/``--llm-model``/``--llm-base-url`` flags.
 
@@ -173,6 +174,8 @@ def load_backend(
             the checkpoint shipped in ``llm/checkpoint`` (local) or ``mercury-2`` (openai).
         base_url: base URL of an OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1``.
         device: ``"cpu"`` or ``"cuda"``; ``None`` picks CUDA when available.
+        quantize: ``"auto"``, ``"none"`` or ``"int8"`` (local only; see
+            :func:`llm.model.load_diffusion_model`).
 
     Raises:
         ValueError: unknown ``kind``.
@@ -180,7 +183,7 @@ def load_backend(
     if kind == "local":
         from llm.local import LocalDiffusionLM
 
-        return LocalDiffusionLM.from_pretrained(model, device=device)
+        return LocalDiffusionLM.from_pretrained(model, device=device, quantize=quantize)
     if kind == "openai":
         from llm.openai_compat import OpenAICompatibleLM
 

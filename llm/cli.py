@@ -17,13 +17,17 @@ def add_llm_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="device of the local LM (default: CUDA if available)")
+    parser.add_argument("--llm-quantize", choices=("auto", "none", "int8"), default="auto",
+                        help="dynamic int8 quantization of the local LM (default auto: int8 for the "
+                             "shipped checkpoint on the CPU)")
 
 
 def backend_from_args(args):
     """Create the backend the flags of :func:`add_llm_options` chose."""
     from llm.backend import load_backend
 
-    return load_backend(args.llm, model=args.llm_model, base_url=args.llm_base_url, device=args.device)
+    return load_backend(args.llm, model=args.llm_model, base_url=args.llm_base_url, device=args.device,
+                        quantize=args.llm_quantize)
 
 
 def register(sub) -> None:

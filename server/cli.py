@@ -62,7 +62,7 @@ def serve_command(args) -> int:
     print("loading models …", file=sys.stderr, flush=True)
     try:
         pipeline = load_pipeline(ModelOptions(args.llm, args.llm_model, args.llm_base_url, args.device,
-                                              args.asr_model, args.tts_voice, args.cleanup_batch))
+                                              args.llm_quantize, args.asr_model, args.tts_voice, args.cleanup_batch))
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL

@@ -35,6 +35,7 @@ class ModelOptions:
     llm_model: str | None = None
     llm_base_url: str | None = None
     device: str | None = "cpu"
+    llm_quantize: str = "auto"
     asr_model: str | None = None
     tts_voice: str | None = None
     cleanup_max_batch: int = 16
@@ -131,7 +132,8 @@ def load_pipeline(options: ModelOptions = ModelOptions()):
     config = PipelineConfig(asr=AsrConfig(model=options.asr_model), turn_taking="barge_in")
     recognizer = WhisperRecognizer(config.asr)
     synthesizer = PiperSynthesizer(options.tts_voice)
-    lm = BatchingLanguageModel(llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device),
+    lm = BatchingLanguageModel(llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device,
+                                                quantize=options.llm_quantize),
                                max_batch=options.cleanup_max_batch)
     log.info("models loaded in %.1f s", time.perf_counter() - started)
     return VoicePipeline(lm, synthesizer, recognizer, config)

@@ -13,7 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from llm.cli import add_llm_options
+from llm.cli import add_llm_options, backend_from_args
 from server.mqtt import add_mqtt_options, publishing, settings_from_args
 
 EXIT_INPUT, EXIT_MODEL, EXIT_DEVICE = 1, 3, 4
@@ -104,9 +104,7 @@ def _load_pipeline(args, config):
             _say("loading speech synthesis …")
             synthesizer = CoquiSynthesizer(args.coqui_model) if args.coqui_model else PiperSynthesizer(args.tts_voice)
             _say(f"loading language model ({args.llm}) …")
-            import llm
-
-            lm = llm.load_backend(args.llm, args.llm_model, args.llm_base_url, args.device)
+            lm = backend_from_args(args)
         tracer = make_tracer(args.trace_exporter) if args.trace_exporter != "none" else None
         pipeline = VoicePipeline(lm, synthesizer, recognizer, config, tracer)
         pipeline.warm_up()
