@@ -18,6 +18,7 @@ import sacrebleu
 from llm.backend import LanguageModel, Turn
 from llm.data import load_disfl_qa, load_sgd, reply_pairs
 from llm.effort import REASONING_EFFORTS
+from llm.retrieval import ReplyRetriever, exchange_key
 from llm.rules import rule_cleanup
 
 #: SGD dev has about 16k reply pairs; this many, drawn with seed 0, are scored by default.
@@ -77,21 +78,6 @@ def evaluate_cleanup_split(lm: LanguageModel, split: str = "dev", limit: int | N
     return {"task": "cleanup", "dataset": f"Disfl-QA {split}", "items": len(pairs), "rows": rows}
 
 
-class RetrievalBaseline:
-    """TF-IDF nearest training user turn -> that turn's system reply (scikit-learn)."""
-
-    def __init__(self, users: Sequence[str], replies: Sequence[str]) -> None:
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-        self.matrix = self.vectorizer.fit_transform(users)
-        self.replies = list(replies)
-
-    def __call__(self, user_text: str) -> str:
-        scores = self.matrix @ self.vectorizer.transform([user_text]).T
-        return self.replies[int(scores.toarray().argmax())]
-
-
 def evaluate_reply_split(lm: LanguageModel, split: str = "dev", limit: int | None = None,
                          efforts: Sequence[str] = REASONING_EFFORTS) -> dict:
     """BLEU and chrF of replies on SGD ``split`` for the model at each effort and the retrieval baseline.
@@ -102,10 +88,14 @@ def evaluate_reply_split(lm: LanguageModel, split: str = "dev", limit: int | Non
     pairs = random.Random(0).sample(pairs, min(limit or REPLY_EVAL_ITEMS, len(pairs)))
     refs = [p.reply for p in pairs]
     train = reply_pairs(load_sgd("train"))
-    retrieval = RetrievalBaseline([p.user for p in train], [p.reply for p in train])
+    retrieval = ReplyRetriever([p.user for p in train], [p.reply for p in train])
     count = token_counter(lm)
     rows = []
-    systems: list[tuple[str, Callable]] = [("retrieval baseline (TF-IDF)", lambda p: retrieval(p.user))]
+    drafts = ReplyRetriever([exchange_key(p.system, p.user) for p in train], [p.reply for p in train])
+    systems: list[tuple[str, Callable]] = [
+        ("retrieval baseline (TF-IDF)", lambda p: retrieval(p.user)),
+        ("retrieval draft (user x2 + system turn)", lambda p: drafts(exchange_key(p.system, p.user))),
+    ]
     for effort in efforts:
         systems.append((f"model effort={effort}", lambda p, e=effort: lm.respond(
             [Turn("assistant", p.system)] if p.system else [], p.user, e)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -71,6 +71,8 @@ class LoadedModel:
     max_positions: int
     source: str
     quantized: str = "none"
+    meta: dict = field(default_factory=dict)
+    """The checkpoint's ``quicksilver.json`` (empty for public dLLMs)."""
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -166,7 +168,7 @@ def load_diffusion_model(
         model = quantize_int8(model)
     log.info("loaded %s (%s layout, mask id %d) on %s as %s, quantized %s",
              source, layout, mask_id, torch_device, torch_dtype, quantize)
-    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize)
+    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize, meta)
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
@@ -174,7 +176,10 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     ``torch.ao.quantization.quantize_dynamic`` with per-output-channel weight scales; the
     post-training form of Zafrir et al. 2019, "Q8BERT"): int8 weights, activations quantized
     per batch at run time, int32 accumulation (fbgemm/x86 kernels). Returns the module with
-    its Linear layers replaced, for CPU inference (eval mode).
+    its Linear layers replaced, for CPU inference (eval mode). The activation scale is taken
+    over the whole batch, so a row's output can depend on the other rows of its batch (a
+    borderline token may flip: 23 of 24 Disfl-QA cleanups identical batched and one at a
+    time); float32 (``quantize="none"``) has no such effect on the argmax.
 
     Measured on the shipped checkpoint, 2 threads: a one-pass 32-token cleanup 25.7 ms p50 vs
     32.2 ms in float32 (``bench/llm_latency.py``); Disfl-QA dev (997) at effort low WER 0.1787 /

@@ -30,9 +30,19 @@ def test_cleanup_moves_disfl_qa_dev_closer_to_reference(shipped_lm, dev_pairs):
     assert all(o.strip() for o in outputs)
 
 
-def test_batched_cleanup_matches_one_at_a_time(shipped_lm, dev_pairs):
-    inputs = [p.disfluent for p in dev_pairs[:12]]
-    assert shipped_lm.cleanup_batch(inputs, "low") == [shipped_lm.cleanup(t, "low") for t in inputs]
+def test_batched_cleanup_matches_one_at_a_time(dev_pairs):
+    """Exactly in float32; in dynamic int8 the activation scale is taken over the whole batch
+    (documented in ``llm.model.quantize_int8``), so a batch may flip a borderline token."""
+    from llm.local import LocalDiffusionLM
+
+    inputs = [p.disfluent for p in dev_pairs[:24]]
+    fp32 = LocalDiffusionLM.from_pretrained(None, device="cpu", quantize="none")
+    assert fp32.cleanup_batch(inputs, "low") == [fp32.cleanup(t, "low") for t in inputs]
+    int8 = LocalDiffusionLM.from_pretrained(None, device="cpu", quantize="int8")
+    batched, single = int8.cleanup_batch(inputs, "low"), [int8.cleanup(t, "low") for t in inputs]
+    assert sum(a == b for a, b in zip(batched, single)) >= 20, list(zip(batched, single))
+    refs = [p.fluent for p in dev_pairs[:24]]
+    assert abs(jiwer.wer(refs, batched) - jiwer.wer(refs, single)) < 0.03
 
 
 def test_high_effort_cleanup_drafts_refine(shipped_lm):
