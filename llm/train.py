@@ -31,7 +31,7 @@ from transformers import BertForMaskedLM
 
 from llm import canvas as cv
 from llm.data import cleanup_training_pairs, load_disfl_qa, load_sgd, reply_pairs
-from llm.model import LoadedModel, quicksilver_config, save_checkpoint
+from llm.model import LoadedModel, pick_device, quicksilver_config, save_checkpoint
 from llm.retrieval import ReplyRetriever, exchange_key
 from llm.tokenizer import train_tokenizer
 
@@ -68,6 +68,8 @@ class TrainConfig:
     eval_every: int = 500
     eval_items: int = 200
     threads: int = 2
+    device: str | None = None
+    """``cpu`` or ``cuda`` (bfloat16 autocast); ``None`` picks CUDA when available."""
     reply_mode: str = "plain"
     """``plain`` (a canvas of masks) or ``retrieve-edit`` (edit the nearest training reply)."""
     reply_examples: int = 40000
@@ -111,15 +113,20 @@ def mdlm_loss(model, batch: dict, eps: float, generator: torch.Generator, mask_i
     output = target != -100
     b = target.shape[0]
     t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)
-    input_ids, masked = noise_canvas(batch, t, generator, mask_id)
-    hidden = model.bert(
-        input_ids=input_ids, position_ids=batch["position_ids"],
-        token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
-    ).last_hidden_state
+    input_ids, masked = noise_canvas(batch, t, generator, mask_id)  # on the CPU: reproducible per seed
+    device = next(model.parameters()).device
+    input_ids, masked, target, t = input_ids.to(device), masked.to(device), target.to(device), t.to(device)
+    output = output.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        hidden = model.bert(
+            input_ids=input_ids, position_ids=batch["position_ids"].to(device),
+            token_type_ids=batch["token_type_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+        ).last_hidden_state
     rows, cols = masked.nonzero(as_tuple=True)
     if rows.numel() == 0:
         return hidden.sum() * 0.0
-    logits = model.cls(hidden[rows, cols])  # the MLM head only where it is scored
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        logits = model.cls(hidden[rows, cols])  # the MLM head only where it is scored
     ce = torch.nn.functional.cross_entropy(logits.float(), target[rows, cols], reduction="none")
     length = output.sum(dim=1).clamp_min(1).float()
     weight = 1.0 / (t.squeeze(1)[rows] * length[rows])
@@ -148,8 +155,9 @@ def evaluate_cleanup(model, tokenizer, pairs, batch_size: int = 64) -> dict:
     from llm.tasks import CanvasTasks
 
     model.eval()
+    device = next(model.parameters()).device
     tasks = CanvasTasks(LoadedModel(model, tokenizer, tokenizer.mask_token_id, "quicksilver",
-                                    torch.device("cpu"), model.config.max_position_embeddings, "training"))
+                                    device, model.config.max_position_embeddings, "training"))
     hyps = []
     for i in range(0, len(pairs), batch_size):
         hyps += tasks.cleanup_batch([p.disfluent for p in pairs[i:i + batch_size]], "low")
@@ -167,6 +175,7 @@ def bucket(data: list, size: int, rng: random.Random, window: int = 8) -> list:
 
 def train(cfg: TrainConfig) -> Path:
     """Run training; saves to ``cfg.out`` every ``eval_every`` steps and at the end. Returns the folder."""
+    device = pick_device(cfg.device)  # before the data: a missing GPU fails at once
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -220,8 +229,9 @@ def train(cfg: TrainConfig) -> Path:
         model = BertForMaskedLM.from_pretrained(cfg.init_from)
     else:
         model = BertForMaskedLM(quicksilver_config(len(tokenizer), cfg.hidden, cfg.layers, cfg.heads))
+    model.to(device)
     params = sum(p.numel() for p in model.parameters())
-    log.info("model: %.2fM parameters", params / 1e6)
+    log.info("model: %.2fM parameters on %s", params / 1e6, device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},

@@ -51,3 +51,16 @@ def test_reply_edit_canvas_round_trip():
     assert canvas.count(ids.keep) == n - 1  # one substitution, the rest kept
     assert cv.decode_reply_edit(draft, canvas, ids) == target
     assert torch.all(layout.target[:p] == -100)
+
+
+def test_sgd_index_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUICKSILVER_CACHE", str(tmp_path))
+    built = ReplyRetriever.from_sgd("dev")
+    (cached,) = tmp_path.glob("reply-index-dev-*.pkl")
+    again = ReplyRetriever.from_sgd("dev")
+    query = exchange_key("Which city?", "book a table for two in san jose")
+    assert again(query) == built(query) and again.replies == built.replies
+    cached.write_bytes(b"not a pickle")
+    rebuilt = ReplyRetriever.from_sgd("dev")
+    assert rebuilt(query) == built(query)
+    assert cached.stat().st_size > 1000  # rewritten

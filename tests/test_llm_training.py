@@ -114,3 +114,18 @@ def test_noised_canvas_shows_the_clean_tokens_it_does_not_mask():
         assert torch.equal(x[output & ~masked], batch["target"][output & ~masked])
         assert torch.equal(x[~output], batch["input_ids"][~output])
         assert low <= masked[output].float().mean().item() <= high
+
+
+def test_train_on_a_missing_gpu_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    run = subprocess.run([sys.executable, "-m", "quicksilver", "train", "--device", "cuda", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip() == "quicksilver train: device 'cuda' requested but torch sees no CUDA device"
+    assert not (tmp_path / "x").exists()
