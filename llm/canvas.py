@@ -21,13 +21,6 @@ Reply -- the usual dLLM layout::
     [REPLY] [SYS] previous system turn [USER] user turn [SEP] | r_1 .. r_R
 
 with the response padded by ``[EOS]`` to ``R`` tokens (LLaDA, Nie et al. 2025).
-
-Reply by retrieve-and-edit (checkpoints whose ``quicksilver.json`` says
-``"reply": "retrieve-edit"``; Hashimoto et al. 2018, "A Retrieve-and-Edit Framework";
-Weston et al. 2018, "Retrieve and Refine") -- a draft reply ``d_1..d_n`` retrieved from
-the training dialogues (:mod:`llm.retrieval`) is edited on the same edit canvas as cleanup::
-
-    [REPLY] [SYS] previous system turn [USER] user turn [SEP] d_1 .. d_n [SEP] | e_1 a_1 .. e_n a_n
 """
 
 from __future__ import annotations
@@ -170,38 +163,6 @@ def reply_layout(
         body = list(tgt[: reply_length - 1])
         target = torch.tensor([-100] * p + body + [ids.eos] * (reply_length - len(body)))
     return Layout(torch.tensor(input_ids), torch.tensor(position_ids), torch.tensor(token_type_ids), p, target)
-
-
-def reply_edit_layout(
-    system_ids: list[int], user_ids: list[int], draft_ids: list[int], ids: SpecialIds,
-    tgt: list[int] | None = None,
-) -> Layout:
-    """The retrieve-and-edit reply layout: the dialogue, then a retrieved draft reply whose
-    tokens get one edit and one insertion slot each (as :func:`cleanup_layout`).
-
-    Each turn keeps its last :data:`MAX_TURN_TOKENS` tokens, the draft its first
-    ``REPLY_LENGTH`` tokens. ``tgt`` (training): the reply the draft is edited into.
-    """
-    draft = list(draft_ids[:REPLY_LENGTH]) or [ids.delete]
-    head = [ids.reply, ids.system, *system_ids[-MAX_TURN_TOKENS:], ids.user, *user_ids[-MAX_TURN_TOKENS:], ids.sep]
-    n, h = len(draft), len(head)
-    prompt = head + draft + [ids.sep]
-    p = len(prompt)
-    input_ids = prompt + [ids.mask] * (2 * n)
-    position_ids = list(range(p)) + [q for i in range(h, h + n) for q in (i, i)]
-    token_type_ids = [PROMPT_TYPE] * p + [OUTPUT_TYPE, INSERT_TYPE] * n
-    target = None
-    if tgt is not None:
-        edits, inserts = align_edits(draft, list(tgt), ids.keep, ids.delete)
-        target = torch.tensor([-100] * p + [t for pair in zip(edits, inserts) for t in pair])
-    return Layout(torch.tensor(input_ids), torch.tensor(position_ids), torch.tensor(token_type_ids), p, target)
-
-
-def decode_reply_edit(draft_ids: list[int], canvas: list[int], ids: SpecialIds) -> list[int]:
-    """Reply tokens from a filled retrieve-and-edit canvas (``2 * len(draft)`` ids)."""
-    draft = list(draft_ids[:REPLY_LENGTH]) or [ids.delete]
-    out = apply_edits(draft, list(canvas[0::2]), list(canvas[1::2]), ids.keep, ids.delete)
-    return [t for t in out if t not in (ids.mask, ids.pad, ids.eos, ids.delete)]
 
 
 def decode_reply(canvas: list[int], ids: SpecialIds) -> list[int]:

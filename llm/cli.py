@@ -50,10 +50,6 @@ def register(sub) -> None:
     p.add_argument("--reply-fraction", type=float, default=0.3, help="share of batches that are reply examples")
     p.add_argument("--init-from", default=None, help="continue from this checkpoint folder")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: CUDA if available")
-    p.add_argument("--reply-mode", choices=("plain", "retrieve-edit"), default="plain",
-                   help="reply canvas: plain masks, or edit the nearest training reply (default: plain)")
-    p.add_argument("--reply-examples", type=int, default=40000,
-                   help="retrieve-edit: exchanges given a retrieved draft (default: %(default)s)")
     p.add_argument("--disfl-weight", type=float, default=None,
                    help="share of cleanup batches drawn from Disfl-QA (default: uniform over all pairs)")
     p.set_defaults(func=run_train)
@@ -104,7 +100,6 @@ def run_train(args) -> int:
                                    batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                                    warmup_steps=args.warmup_steps, reply_fraction=args.reply_fraction,
                                    init_from=args.init_from, disfl_weight=args.disfl_weight,
-                                   reply_mode=args.reply_mode, reply_examples=args.reply_examples,
                                    device=args.device))
     except (ValueError, FileNotFoundError) as exc:
         print(f"quicksilver train: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -71,8 +71,6 @@ class LoadedModel:
     max_positions: int
     source: str
     quantized: str = "none"
-    meta: dict = field(default_factory=dict)
-    """The checkpoint's ``quicksilver.json`` (empty for public dLLMs)."""
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -168,7 +166,7 @@ def load_diffusion_model(
         model = quantize_int8(model)
     log.info("loaded %s (%s layout, mask id %d) on %s as %s, quantized %s",
              source, layout, mask_id, torch_device, torch_dtype, quantize)
-    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize, meta)
+    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize)
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:

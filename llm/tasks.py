@@ -8,10 +8,8 @@ step through :func:`llm.sampler.generate`'s callback.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -19,14 +17,11 @@ from llm import canvas as cv
 from llm.backend import Turn, check_text
 from llm.effort import sampler_settings
 from llm.model import LoadedModel
-from llm.retrieval import ReplyRetriever, exchange_key
 from llm.rules import rule_cleanup, words_of
 from llm.sampler import denoising_steps
 
 #: Spoken when the model drafts an empty reply.
 FALLBACK_REPLY = "Sorry, could you say that again?"
-#: Builds the retrieve-and-edit index (one per process) off the loading thread.
-_INDEX_BUILDER = ThreadPoolExecutor(1, thread_name_prefix="quicksilver-reply-index")
 SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 #: Inputs with at least this many content words are checked for dropped content.
 FALLBACK_MIN_CONTENT_WORDS = 4
@@ -65,11 +60,6 @@ def is_faithful(source: str, output: str) -> bool:
     return True
 
 
-@functools.cache
-def _sgd_retriever() -> ReplyRetriever:
-    return ReplyRetriever.from_sgd("train")
-
-
 class CanvasTasks:
     """Cleanup and replies on a Quicksilver-layout checkpoint.
 
@@ -87,10 +77,6 @@ class CanvasTasks:
         self.cleanup_suppress = sorted(controls | {ids.eos})
         self.reply_suppress = sorted(controls | {ids.keep, ids.delete})
         self.max_tokens = min(cv.MAX_CLEANUP_TOKENS, (loaded.max_positions - 2))
-        self.reply_mode = loaded.meta.get("reply", "plain")
-        self._retriever: Future | None = None
-        if self.reply_mode == "retrieve-edit":  # the index takes seconds to build: start now
-            self._retriever = _INDEX_BUILDER.submit(_sgd_retriever)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -221,17 +207,10 @@ class CanvasTasks:
 
     # -- replies ----------------------------------------------------------------
     def reply_drafts(self, history: Sequence[Turn], user_text: str, reasoning_effort: str = "low") -> Iterator[str]:
-        """Drafts of a reply to ``user_text``; the model sees the last assistant turn of ``history``.
-
-        A ``retrieve-edit`` checkpoint edits the reply of the nearest SGD training exchange
-        (:class:`llm.retrieval.ReplyRetriever`); a ``plain`` one fills a canvas of masks.
-        """
+        """Drafts of a reply to ``user_text``; the model sees the last assistant turn of ``history``."""
         settings = sampler_settings(reasoning_effort)
         user = check_text(user_text, "user_text")
         previous = next((t.text for t in reversed(history) if t.role == "assistant"), "")
-        if self._retriever is not None:
-            yield from self._edited_reply_drafts(previous, user, settings)
-            return
         layout = cv.reply_layout(self.encode(previous), self.encode(user), self.ids)
         prompt, canvas, kwargs = self._batch([layout])
         text = ""
@@ -246,28 +225,10 @@ class CanvasTasks:
             text = self._reply_text(x[0, prompt.shape[1]:])
         yield text or FALLBACK_REPLY
 
-    def _edited_reply_drafts(self, previous: str, user: str, settings) -> Iterator[str]:
-        draft_text = self._retriever.result()(exchange_key(previous, user))
-        draft = self.encode(draft_text)[: cv.REPLY_LENGTH]
-        layout = cv.reply_edit_layout(self.encode(previous), self.encode(user), draft, self.ids)
-        prompt, canvas, kwargs = self._batch([layout])
-        text = ""
-        for x, _ in denoising_steps(
-            self.loaded.model, prompt, canvas.shape[1], self.ids.mask,
-            steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
-            remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.cleanup_suppress, canvas=canvas,
-        ):
-            if text:
-                yield text
-            text = self._two_sentences(self.decode(cv.decode_reply_edit(draft, x[0, prompt.shape[1]:].tolist(), self.ids)))
-        yield text or draft_text
-
     def _reply_text(self, body: torch.Tensor) -> str:
-        return self._two_sentences(self.decode(cv.decode_reply(body.tolist(), self.ids)))
-
-    @staticmethod
-    def _two_sentences(text: str) -> str:
-        return " ".join(SENTENCE_END.split(text)[:2])
+        text = self.decode(cv.decode_reply(body.tolist(), self.ids))
+        sentences = SENTENCE_END.split(text)
+        return " ".join(sentences[:2])
 
     # -- batching -----------------------------------------------------------------
     def _batch(self, layouts: list[cv.Layout]) -> tuple[torch.Tensor, torch.Tensor, dict]:

@@ -32,7 +32,6 @@ from transformers import BertForMaskedLM
 from llm import canvas as cv
 from llm.data import cleanup_training_pairs, load_disfl_qa, load_sgd, reply_pairs
 from llm.model import LoadedModel, pick_device, quicksilver_config, save_checkpoint
-from llm.retrieval import ReplyRetriever, exchange_key
 from llm.tokenizer import train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -70,10 +69,6 @@ class TrainConfig:
     threads: int = 2
     device: str | None = None
     """``cpu`` or ``cuda`` (bfloat16 autocast); ``None`` picks CUDA when available."""
-    reply_mode: str = "plain"
-    """``plain`` (a canvas of masks) or ``retrieve-edit`` (edit the nearest training reply)."""
-    reply_examples: int = 40000
-    """Reply exchanges given a retrieved draft (retrieve-edit; the retrieval costs time)."""
 
 
 def noise_canvas(batch: dict, t: torch.Tensor, generator: torch.Generator,
@@ -206,20 +201,10 @@ def train(cfg: TrainConfig) -> Path:
     disfl_data.sort(key=lambda e: len(e[0]))
     r_sys, r_user, r_reply = encode([r.system for r in replies]), encode([r.user for r in replies]), \
         encode([r.reply for r in replies])
-    if cfg.reply_mode == "retrieve-edit":
-        # each exchange's draft: the reply of its nearest *other* training exchange (llm.retrieval)
-        retriever = ReplyRetriever([exchange_key(r.system, r.user) for r in replies], [r.reply for r in replies])
-        count = min(cfg.reply_examples, len(replies))
-        nearest = retriever.nearest([exchange_key(r.system, r.user) for r in replies[:count]], exclude=range(count))
-        r_draft = [r_reply[j] for j in nearest]
-        reply_data = [(a, b, c, d) for a, b, c, d in zip(r_sys, r_user, r_reply, r_draft) if 0 < len(c) < cv.REPLY_LENGTH]
-    elif cfg.reply_mode == "plain":
-        reply_data = [(a, b, c) for a, b, c in zip(r_sys, r_user, r_reply) if 0 < len(c) < cv.REPLY_LENGTH]
-    else:
-        raise ValueError(f"unknown reply_mode {cfg.reply_mode!r}; expected 'plain' or 'retrieve-edit'")
+    reply_data = [(a, b, c) for a, b, c in zip(r_sys, r_user, r_reply) if 0 < len(c) < cv.REPLY_LENGTH]
     # length buckets: each batch is drawn from a window of similar lengths (less padding)
     cleanup_data.sort(key=lambda e: len(e[0]))
-    reply_data.sort(key=lambda e: len(e[0][-cv.MAX_TURN_TOKENS:]) + len(e[1][-cv.MAX_TURN_TOKENS:]) + 2 * len(e[-1]))
+    reply_data.sort(key=lambda e: len(e[0][-cv.MAX_TURN_TOKENS:]) + len(e[1][-cv.MAX_TURN_TOKENS:]))
     dev = load_disfl_qa("dev")
     dev = random.Random(1).sample(dev, min(cfg.eval_items, len(dev)))
     log.info("data: %d cleanup, %d reply examples; tokenizer %d; %.0fs",
@@ -250,11 +235,7 @@ def train(cfg: TrainConfig) -> Path:
     smooth = None
     for step in range(cfg.steps):
         if rng.random() < cfg.reply_fraction:
-            examples = bucket(reply_data, cfg.batch_size, rng)
-            if cfg.reply_mode == "retrieve-edit":
-                batch = [cv.reply_edit_layout(a, b, d, ids, c) for a, b, c, d in examples]
-            else:
-                batch = [cv.reply_layout(a, b, ids, c) for a, b, c in examples]
+            batch = [cv.reply_layout(a, b, ids, c) for a, b, c in bucket(reply_data, cfg.batch_size, rng)]
         else:
             source = cleanup_data
             if cfg.disfl_weight is not None and rng.random() < cfg.disfl_weight:
@@ -278,7 +259,7 @@ def train(cfg: TrainConfig) -> Path:
             history.append(row)
             log.warning("%s", json.dumps(row))
             save_checkpoint(model, tokenizer, out, {
-                "reply": cfg.reply_mode, "reply_length": cv.REPLY_LENGTH, "max_cleanup_tokens": cv.MAX_CLEANUP_TOKENS,
+                "reply_length": cv.REPLY_LENGTH, "max_cleanup_tokens": cv.MAX_CLEANUP_TOKENS,
                 "parameters": params, "train_config": asdict(cfg), "history": history,
             })
         elif step % 50 == 0:
