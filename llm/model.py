@@ -179,8 +179,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     borderline token may flip: 23 of 24 Disfl-QA cleanups identical batched and one at a
     time); float32 (``quantize="none"``) has no such effect on the argmax.
 
-    Measured on the shipped checkpoint, 2 threads: a one-pass 32-token cleanup 25.7 ms p50 vs
-    32.2 ms in float32 (``bench/llm_latency.py``); Disfl-QA dev (997) at effort low WER 0.1787 /
+    Measured on the shipped checkpoint, 2 threads: a one-pass 32-token cleanup 23.6 ms p50 vs
+    30.7 ms in float32 (``bench/llm_latency.py``); Disfl-QA dev (997) at effort low WER 0.1787 /
     BLEU 79.3 vs 0.1789 / 79.3 in float32 (per-tensor scales: 0.1803 / 79.2).
     """
     import warnings
