@@ -59,8 +59,12 @@ def iter_decoded_blocks(
             headerless file was given without ``raw_rate_hz``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise AudioDecodeError(f"{path}: no such file")
+    if path.is_dir():
+        raise AudioDecodeError(f"{path}: is a directory, not an audio file")
+    if not path.is_file():
+        raise AudioDecodeError(f"{path}: not a regular file (a device, pipe or socket); give a recording")
     if path.stat().st_size == 0:
         raise AudioDecodeError(f"{path}: file is empty (0 bytes)")
     if raw_rate_hz is not None:

@@ -30,6 +30,20 @@ def backend_from_args(args):
                         quantize=args.llm_quantize)
 
 
+#: Exit status of a command whose model failed to load (as ``run`` and ``serve``).
+EXIT_MODEL = 3
+
+
+def _load_or_report(args, command: str):
+    """The backend of the flags, or ``None`` after a one-line message on stderr (no traceback)."""
+    try:
+        return backend_from_args(args)
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
+        print(f"quicksilver {command}: the language model failed to load: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
+
+
 def register(sub) -> None:
     """Add the LM commands to the ``quicksilver`` sub-parsers."""
     p = sub.add_parser("cleanup", help="clean up transcripts (fillers, false starts, punctuation, casing)")
@@ -69,7 +83,9 @@ def run_cleanup(args) -> int:
     if not args.text:
         print("quicksilver cleanup: give a transcript, or '-' to read lines from stdin", file=sys.stderr)
         return 2
-    lm = backend_from_args(args)
+    lm = _load_or_report(args, "cleanup")
+    if lm is None:
+        return EXIT_MODEL
     if args.text == ["-"]:
         for line in sys.stdin:
             line = line.rstrip("\n")
@@ -117,7 +133,9 @@ def run_eval(args) -> int:
         if effort not in REASONING_EFFORTS:
             print(f"quicksilver eval: unknown effort {effort!r}", file=sys.stderr)
             return 2
-    lm = backend_from_args(args)
+    lm = _load_or_report(args, "eval")
+    if lm is None:
+        return EXIT_MODEL
     if args.task == "cleanup":
         results = evaluate_cleanup_split(lm, args.split, args.limit, efforts)
     else:

@@ -1,8 +1,9 @@
 """Rule-based transcript cleanup: the baseline of ``quicksilver eval`` and the safe fallback.
 
-Removes filler words (``um``, ``uh``, ``er``, ``hmm``, ``you know``), collapses a word
-repeated back to back (``I I want`` -> ``I want``), capitalises the first letter and ends
-the text with a full stop or question mark. It never drops a content word.
+Removes filler words (``um``, ``uh``, ``er``, ``hmm``, ``you know``), collapses words
+repeated back to back (``I want I want`` -> ``I want``), capitalises the first letter and ends
+the text with a full stop or question mark. It never drops a content word. The repeat
+collapse and end punctuation also finish the model's cleanup (:mod:`llm.tasks`).
 """
 
 from __future__ import annotations
@@ -22,21 +23,43 @@ def rule_cleanup(text: str) -> str:
 
     Returns ``""`` for text that holds nothing but fillers.
     """
-    text = FILLER_PATTERN.sub("", text)
-    words = text.split()
-    out: list[str] = []
-    for w in words:
-        if out and w.lower().strip(",") == out[-1].lower().strip(","):
-            continue
-        out.append(w)
-    text = " ".join(out).strip(" ,")
+    text = collapse_repeats(FILLER_PATTERN.sub("", text)).strip(" ,")
     if not text:
         return ""
-    text = text[0].upper() + text[1:]
-    if text[-1] not in ".?!":
-        first = re.sub(r"\W", "", text.split()[0].lower())
-        text += "?" if first in QUESTION_STARTS else "."
-    return text
+    return end_punctuation(text[0].upper() + text[1:])
+
+
+def collapse_repeats(text: str, max_words: int = 4) -> str:
+    """Drop the first of two identical adjacent word runs of up to ``max_words`` words
+    (``I want I want a table`` -> ``I want a table``, ``the the`` -> ``the``): in speech an exact
+    repetition is a disfluency (Shriberg 1994), and the second copy, the repair, is the one kept.
+
+    Words compare case- and punctuation-blind; a run that ends a sentence (``.?!``) is kept, and
+    nothing else changes (whitespace is normalised). Longest runs first, repeated to a fixpoint.
+    """
+    words = text.split()
+    keys = [re.sub(r"[^\w']", "", w.lower()) for w in words]
+    i = 0
+    while i < len(words):
+        for n in range(min(max_words, (len(words) - i) // 2), 0, -1):
+            first, second = keys[i:i + n], keys[i + n:i + 2 * n]
+            if first == second and all(first) and words[i + n - 1][-1] not in ".?!":
+                del words[i:i + n], keys[i:i + n]
+                i = max(0, i - max_words)  # the shorter text may repeat again just before
+                break
+        else:
+            i += 1
+    return " ".join(words)
+
+
+def end_punctuation(text: str) -> str:
+    """``text`` ending in ``.``, ``?`` or ``!``: a question mark when its first word opens a
+    question (:data:`QUESTION_STARTS`), else a full stop. A trailing ``,``/``;``/``:`` is replaced."""
+    text = text.rstrip(" ,;:")
+    if not text or text[-1] in ".?!":
+        return text
+    first = re.sub(r"\W", "", text.split()[0].lower())
+    return text + ("?" if first in QUESTION_STARTS else ".")
 
 
 def words_of(text: str) -> list[str]:

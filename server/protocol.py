@@ -180,8 +180,8 @@ def _field(obj: dict, name: str, kind: type | tuple, default: Any = ..., *, wher
 
 def _text(obj: dict, where: str, allow_empty: bool = False) -> str:
     text = _field(obj, "text", str, "" if allow_empty else ..., where=where)
-    if not text.strip() and not allow_empty:
-        raise InvalidField(f"{where}: 'text' is empty")
+    if not allow_empty and not "".join(c for c in text if c.isprintable()).strip():
+        raise InvalidField(f"{where}: 'text' is empty (whitespace or control characters only)")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidField(f"{where}: 'text' has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text

@@ -78,6 +78,13 @@ def test_missing_file_is_a_clear_error(tmp_path):
         decode_file(tmp_path / "nope.wav")
 
 
+def test_directory_and_device_are_clear_errors(tmp_path):
+    with pytest.raises(AudioDecodeError, match="is a directory"):
+        decode_file(tmp_path)
+    with pytest.raises(AudioDecodeError, match="not a regular file"):
+        decode_file("/dev/null")
+
+
 def test_text_file_is_an_unsupported_format(tmp_path):
     (tmp_path / "notes.wav").write_text("this is not audio\n" * 20)
     with pytest.raises(UnsupportedAudioFormatError, match="not a readable audio file"):

@@ -148,3 +148,29 @@ def test_cli_cleanup_is_a_line_filter():
     assert out[-1] == "" and len(out) == 4
     assert out[1] == ""
     assert "table" in out[0] and "weather" in out[2] and "boston" in out[2].lower()
+
+
+def test_adjacent_repeats_collapse_to_the_repair():
+    from llm.rules import collapse_repeats, end_punctuation
+
+    assert collapse_repeats("I want I want a table") == "I want a table"
+    assert collapse_repeats("the the the cat sat on on it") == "the cat sat on it"
+    assert collapse_repeats("a b a b a b c") == "a b c"
+    assert collapse_repeats("Go. Go. now") == "Go. Go. now"  # sentence ends are not repeats
+    assert collapse_repeats("to Boston, boston please") == "to boston please"  # case and comma blind
+    assert end_punctuation("what time is it") == "what time is it?"
+    assert end_punctuation("book it") == "book it." and end_punctuation("Stop!") == "Stop!"
+    assert end_punctuation("Yes,") == "Yes." and end_punctuation("well ;") == "well."
+
+
+def test_readme_examples_are_cleaned(shipped_lm):
+    assert shipped_lm.cleanup("um so I want I want a table for two uh at seven") == "I want a table for two at seven."
+    assert shipped_lm.cleanup("book a a taxi") == "Book a taxi."
+
+
+def test_cleanup_command_reports_a_model_that_fails_to_load(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "quicksilver", "cleanup", "--llm-model", str(tmp_path / "nope"), "um hi"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3
+    assert run.stderr.strip().endswith(f"FileNotFoundError: model folder not found: {tmp_path / 'nope'}")
+    assert "Traceback" not in run.stderr

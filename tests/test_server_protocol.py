@@ -34,6 +34,7 @@ def test_session_start_defaults_and_voice_options():
     (start(voice={"min_silence_ms": 50}), p.InvalidField, "min_silence_ms"),
     (start(voice="loud"), p.InvalidField, "voice"),
     ('{"type": "input.text", "text": "   "}', p.InvalidField, "empty"),
+    (json.dumps({"type": "input.text", "text": "\x00\x07 "}), p.InvalidField, "control characters only"),
     ('{"type": "input.text"}', p.InvalidField, "missing field 'text'"),
     (json.dumps({"type": "input.text", "text": "a" * (p.MAX_TEXT_CHARS + 1)}), p.InvalidField, "limit"),
     ('{"type": "cleanup.request", "text": "uh hi"}', p.InvalidField, "'id'"),

@@ -44,13 +44,20 @@ def test_run_prints_each_turn_and_writes_the_reply(tmp_path):
         (lambda d: (d / "zero.wav").write_bytes(b"") or d / "zero.wav", "empty (0 bytes)"),
         (lambda d: (d / "notes.mp3").write_text("not audio") or d / "notes.mp3", "error:"),
         (lambda d: sample("goforward_16k_s16le.raw"), "--raw-rate"),
+        (lambda d: d, "is a directory"),
     ],
-    ids=["missing", "zero-length", "not-audio", "raw-without-rate"],
+    ids=["missing", "zero-length", "not-audio", "raw-without-rate", "directory"],
 )
 def test_bad_input_exits_1_with_a_message_and_no_traceback(tmp_path, make, message):
     done = quicksilver("run", str(make(tmp_path)), "--no-reply", timeout=60)
     assert done.returncode == 1
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_raw_rate_of_zero_is_a_command_line_error():
+    done = quicksilver("run", str(sample("goforward_16k_s16le.raw")), "--raw-rate", "0", "--no-reply", timeout=60)
+    assert done.returncode == 2
+    assert "--raw-rate: expected a sample rate in Hz above 0" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_noise_prints_no_speech_and_exits_0():

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     run.add_argument("--realtime", action="store_true",
                      help="feed the file at real-time pace and play replies in real time (barge-in on); "
                      "default: as fast as possible, each reply finished before the recording continues")
-    run.add_argument("--raw-rate", type=int, metavar="HZ", help="sample rate of a headerless PCM16 LE mono file")
+    run.add_argument("--raw-rate", type=_positive_hz, metavar="HZ", help="sample rate of a headerless PCM16 LE mono file")
     run.add_argument("--channel", type=int, metavar="N", help="use channel N of a multi-channel file (default: average)")
     run.add_argument("--no-reply", action="store_true", help="transcribe only (no LM, no TTS)")
     _add_common(run)
@@ -111,6 +111,17 @@ def _load_pipeline(args, config):
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         raise _ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
     return pipeline
+
+
+def _positive_hz(value: str) -> int:
+    """argparse type of ``--raw-rate``: a whole number of Hz above 0."""
+    try:
+        hz = int(value)
+    except ValueError:
+        hz = 0
+    if hz <= 0:
+        raise argparse.ArgumentTypeError(f"expected a sample rate in Hz above 0, e.g. 16000 (got {value!r})")
+    return hz
 
 
 class _ModelLoadError(Exception):
