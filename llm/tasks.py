@@ -42,21 +42,23 @@ def content_words(text: str) -> list[str]:
 def is_faithful(source: str, output: str) -> bool:
     """Whether a cleanup ``output`` keeps to ``source``: invents no word, keeps most content.
 
-    Fails when ``output`` contains a word absent from ``source`` (case-insensitive), or
-    when ``source`` has :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words and
-    ``output`` keeps fewer than :data:`FALLBACK_MIN_KEPT` of them, or is empty.
+    Fails when ``output`` is empty, contains a word absent from ``source`` (case-insensitive),
+    keeps none of the content words of ``source`` (``um hello there`` -> ``There.``), or, when
+    ``source`` has :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words, keeps fewer than
+    :data:`FALLBACK_MIN_KEPT` of them.
     """
     src_words = set(words_of(source))
-    out_words = words_of(output)
+    out_words = set(words_of(output))
     if not out_words:
         return False
     if any(w not in src_words for w in out_words):
         return False
     content = content_words(source)
-    if len(content) >= FALLBACK_MIN_CONTENT_WORDS:
-        kept = sum(1 for w in content if w in set(out_words))
-        if kept < FALLBACK_MIN_KEPT * len(content):
-            return False
+    kept = sum(1 for w in content if w in out_words)
+    if content and kept == 0:
+        return False
+    if len(content) >= FALLBACK_MIN_CONTENT_WORDS and kept < FALLBACK_MIN_KEPT * len(content):
+        return False
     return True
 
 

@@ -72,6 +72,12 @@ def test_faithfulness_check():
     assert not is_faithful(src, "What do volcanoes indicate?")  # invents a word
     assert not is_faithful(src, "What?")  # drops most content
     assert not is_faithful(src, "")
+    assert not is_faithful("um hello there", "There.")  # a short input must keep some content
+    assert is_faithful("Tuesday no Wednesday", "Wednesday.")  # a repair may drop the reparandum
+
+
+def test_short_greeting_keeps_its_content(shipped_lm):
+    assert "hello" in shipped_lm.cleanup("um hello there").lower()
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "\n\t "])
