@@ -94,9 +94,9 @@ def run_cleanup(args) -> int:
                 continue
             try:
                 print(lm.cleanup(line, args.reasoning_effort), flush=True)
-            except ValueError as exc:  # nothing to clean: pass the line through
-                logging.getLogger(__name__).warning("line passed through: %s", exc)
-                print(line, flush=True)
+            except ValueError as exc:  # control characters only: nothing to clean, an empty line out
+                logging.getLogger(__name__).warning("line %r gives an empty line: %s", line, exc)
+                print("", flush=True)
         return 0
     try:
         print(lm.cleanup(" ".join(args.text), args.reasoning_effort))

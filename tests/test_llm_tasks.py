@@ -146,14 +146,15 @@ async def test_cancelling_a_reply_stream_stops_it(shipped_lm):
 
 
 def test_cli_cleanup_is_a_line_filter():
-    lines = "um I want uh a table for two\n\nwhat is the the weather in boston\n"
+    lines = "um I want uh a table for two\n\nwhat is the the weather in boston\n\x00\x07\nbook a a taxi\n"
     proc = subprocess.run([sys.executable, "-m", "quicksilver", "cleanup", "-"], input=lines,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.split("\n")
-    assert out[-1] == "" and len(out) == 4
-    assert out[1] == ""
+    assert out[-1] == "" and len(out) == 6
+    assert out[1] == "" and out[3] == ""  # empty and control-character-only lines give empty lines
     assert "table" in out[0] and "weather" in out[2] and "boston" in out[2].lower()
+    assert out[2] == "What is the weather in boston?" and out[4] == "Book a taxi."
 
 
 def test_adjacent_repeats_collapse_to_the_repair():
