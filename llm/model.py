@@ -114,7 +114,7 @@ def load_diffusion_model(
         trust_remote_code: allow the model's own code (LLaDA, Dream).
         mask_id: override the mask token id.
         quantize: ``"int8"``: dynamic int8 quantization of every ``nn.Linear`` (weights int8
-            per tensor, activations quantized per batch at run time; PyTorch
+            per output channel, activations quantized per batch at run time; PyTorch
             ``quantize_dynamic``, CPU only); ``"none"``; ``"auto"`` (default): ``int8`` for a
             float32 Quicksilver checkpoint on the CPU, else ``none`` (see :func:`quantize_int8`).
 
