@@ -34,8 +34,9 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     (``I want I want a table`` -> ``I want a table``, ``the the`` -> ``the``): in speech an exact
     repetition is a disfluency (Shriberg 1994), and the second copy, the repair, is the one kept.
 
-    Words compare case- and punctuation-blind; a run that ends a sentence (``.?!``) is kept, and
-    nothing else changes (whitespace is normalised). Longest runs first, repeated to a fixpoint.
+    Words compare case- and punctuation-blind, but a run that ends in punctuation is kept: a
+    sentence or clause boundary (``for you, you can``) is not a repetition. Nothing else changes
+    (whitespace is normalised). Longest runs first, repeated to a fixpoint.
     """
     words = text.split()
     keys = [re.sub(r"[^\w']", "", w.lower()) for w in words]
@@ -43,7 +44,7 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     while i < len(words):
         for n in range(min(max_words, (len(words) - i) // 2), 0, -1):
             first, second = keys[i:i + n], keys[i + n:i + 2 * n]
-            if first == second and all(first) and words[i + n - 1][-1] not in ".?!":
+            if first == second and all(first) and words[i + n - 1][-1] not in ".?!,;:":
                 del words[i:i + n], keys[i:i + n]
                 i = max(0, i - max_words)  # the shorter text may repeat again just before
                 break
