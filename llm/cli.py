@@ -9,6 +9,9 @@ import sys
 
 from llm.effort import REASONING_EFFORTS
 
+#: Exit status of a command whose model failed to load (``cleanup``, ``eval``, ``run``, ``mic``, ``serve``).
+EXIT_MODEL = 3
+
 
 def add_llm_options(parser: argparse.ArgumentParser) -> None:
     """The backend flags shared by every command that calls the LM."""
@@ -28,10 +31,6 @@ def backend_from_args(args):
 
     return load_backend(args.llm, model=args.llm_model, base_url=args.llm_base_url, device=args.device,
                         quantize=args.llm_quantize)
-
-
-#: Exit status of a command whose model failed to load (as ``run`` and ``serve``).
-EXIT_MODEL = 3
 
 
 def _load_or_report(args, command: str):

@@ -91,10 +91,10 @@ def evaluate_reply_split(lm: LanguageModel, split: str = "dev", limit: int | Non
     retrieval = ReplyRetriever([p.user for p in train], [p.reply for p in train])
     count = token_counter(lm)
     rows = []
-    drafts = ReplyRetriever([exchange_key(p.system, p.user) for p in train], [p.reply for p in train])
+    by_exchange = ReplyRetriever([exchange_key(p.system, p.user) for p in train], [p.reply for p in train])
     systems: list[tuple[str, Callable]] = [
         ("retrieval baseline (TF-IDF)", lambda p: retrieval(p.user)),
-        ("retrieval draft (user x2 + system turn)", lambda p: drafts(exchange_key(p.system, p.user))),
+        ("retrieval, key user x2 + system turn", lambda p: by_exchange(exchange_key(p.system, p.user))),
     ]
     for effort in efforts:
         systems.append((f"model effort={effort}", lambda p, e=effort: lm.respond(

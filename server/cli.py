@@ -10,10 +10,10 @@ import asyncio
 import os
 import sys
 
-from llm.cli import add_llm_options
+from llm.cli import EXIT_MODEL, add_llm_options
 from server.mqtt import add_mqtt_options, settings_from_args
 
-EXIT_MODEL, EXIT_ADDRESS = 3, 5
+EXIT_ADDRESS = 5
 
 
 def register(subparsers) -> None:

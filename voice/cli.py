@@ -13,10 +13,10 @@ import sys
 import uuid
 from pathlib import Path
 
-from llm.cli import add_llm_options, backend_from_args
+from llm.cli import EXIT_MODEL, add_llm_options, backend_from_args
 from server.mqtt import add_mqtt_options, publishing, settings_from_args
 
-EXIT_INPUT, EXIT_MODEL, EXIT_DEVICE = 1, 3, 4
+EXIT_INPUT, EXIT_DEVICE = 1, 4
 
 
 def register(subparsers) -> None:
