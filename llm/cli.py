@@ -53,7 +53,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("train", help="train the masked-diffusion checkpoint")
     p.add_argument("--out", default="runs/checkpoint")
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=3000,
+                   help="length of the learning-rate schedule; 0: the schedule spans --minutes of wall time")
     p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     p.add_argument("--stop-at", type=int, default=None, help="stop (and save) at this step of the schedule")
     p.add_argument("--batch-size", type=int, default=32)
@@ -65,6 +66,7 @@ def register(sub) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: CUDA if available")
     p.add_argument("--disfl-weight", type=float, default=None,
                    help="share of cleanup batches drawn from Disfl-QA (default: uniform over all pairs)")
+    p.add_argument("--eval-every", type=int, default=500, help="dev WER and a checkpoint every N steps")
     p.set_defaults(func=run_train)
 
     p = sub.add_parser("eval", help="evaluate cleanup (Disfl-QA) or replies (SGD) against baselines")
@@ -115,7 +117,7 @@ def run_train(args) -> int:
                                    batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                                    warmup_steps=args.warmup_steps, reply_fraction=args.reply_fraction,
                                    init_from=args.init_from, disfl_weight=args.disfl_weight,
-                                   device=args.device))
+                                   device=args.device, eval_every=args.eval_every))
     except (ValueError, FileNotFoundError) as exc:
         print(f"quicksilver train: {exc}", file=sys.stderr)
         return 2
