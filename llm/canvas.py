@@ -33,8 +33,13 @@ import torch
 from llm.tokenizer import CLEAN, DEL, EOS, KEEP, REPLY, SEP, SYSTEM, USER
 
 PROMPT_TYPE, OUTPUT_TYPE, INSERT_TYPE = 0, 1, 2
-#: Longest input (tokens) one cleanup canvas takes; longer text is cut into chunks.
+#: Longest training input (tokens) of a cleanup canvas.
 MAX_CLEANUP_TOKENS = 96
+#: Longest input (tokens) one cleanup canvas takes when cleaning; longer text is cut into
+#: chunks (by sentence, then at a word start). 99 % of the training inputs have at most
+#: 38 tokens, so a longer canvas reaches positions the model has hardly seen: five
+#: sentences of 15 tokens in one canvas lost words, in chunks of 48 none.
+CHUNK_TOKENS = 48
 #: Reply canvas length (tokens) and the longest prompt part kept of each turn.
 REPLY_LENGTH = 32
 MAX_TURN_TOKENS = 40

@@ -15,7 +15,7 @@ import torch
 
 from llm import canvas as cv
 from llm.backend import Turn, check_text
-from llm.effort import sampler_settings
+from llm.effort import REPLY_BLOCK_LENGTH, sampler_settings
 from llm.model import LoadedModel
 from llm.rules import collapse_repeats, end_punctuation, rule_cleanup, words_of
 from llm.sampler import denoising_steps
@@ -78,7 +78,7 @@ class CanvasTasks:
         controls |= set(self.tok.convert_tokens_to_ids(["[RESERVED]"]))
         self.cleanup_suppress = sorted(controls | {ids.eos})
         self.reply_suppress = sorted(controls | {ids.keep, ids.delete})
-        self.max_tokens = min(cv.MAX_CLEANUP_TOKENS, (loaded.max_positions - 2))
+        self.max_tokens = min(cv.CHUNK_TOKENS, (loaded.max_positions - 2))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -212,8 +212,11 @@ class CanvasTasks:
 
     # -- replies ----------------------------------------------------------------
     def reply_drafts(self, history: Sequence[Turn], user_text: str, reasoning_effort: str = "low") -> Iterator[str]:
-        """Drafts of a reply to ``user_text``; the model sees the last assistant turn of ``history``."""
-        settings = sampler_settings(reasoning_effort)
+        """Drafts of a reply to ``user_text``; the model sees the last assistant turn of ``history``.
+
+        Decoded in blocks of :data:`llm.effort.REPLY_BLOCK_LENGTH` at ``medium`` and ``high``.
+        """
+        settings = sampler_settings(reasoning_effort, REPLY_BLOCK_LENGTH)
         user = check_text(user_text, "user_text")
         previous = next((t.text for t in reversed(history) if t.role == "assistant"), "")
         layout = cv.reply_layout(self.encode(previous), self.encode(user), self.ids)

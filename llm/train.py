@@ -204,6 +204,9 @@ class PackedLayouts:
 
 def train(cfg: TrainConfig) -> Path:
     """Run training; saves to ``cfg.out`` every ``eval_every`` steps and at the end. Returns the folder."""
+    by_time = cfg.steps == 0
+    if by_time and not cfg.minutes:
+        raise ValueError("steps=0 (a schedule over wall time) needs minutes")
     device = pick_device(cfg.device)  # before the data: a missing GPU fails at once
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -259,9 +262,6 @@ def train(cfg: TrainConfig) -> Path:
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
 
-    by_time = cfg.steps == 0
-    if by_time and not cfg.minutes:
-        raise ValueError("steps=0 (a schedule over wall time) needs minutes")
 
     def lr_at(step):
         if step < cfg.warmup_steps:

@@ -123,3 +123,11 @@ def test_bad_arguments_raise(model, prompt, kwargs, message):
 def test_unknown_effort_raises():
     with pytest.raises(ValueError, match="reasoning_effort"):
         sampler_settings("extreme")
+
+
+def test_block_length_applies_to_medium_and_high_only():
+    assert sampler_settings("high", block_length=8).block_length == 8
+    assert sampler_settings("medium", block_length=8).threshold == 0.9
+    assert sampler_settings("medium", block_length=8).block_length == 8
+    assert sampler_settings("medium").block_length == 32
+    assert sampler_settings("low", block_length=8).block_length is None  # one pass, one block

@@ -9,7 +9,7 @@ from llm import canvas as cv
 from llm.data import CleanupPair, asr_style, disfluent_version, load_disfl_qa
 from llm.model import quicksilver_config
 from llm.tokenizer import train_tokenizer
-from llm.train import collate, mdlm_loss
+from llm.train import PackedLayouts, TrainConfig, bucket, collate, mdlm_loss, train
 
 
 def small_batch():
@@ -129,3 +129,38 @@ def test_train_on_a_missing_gpu_is_a_clear_error(tmp_path):
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip() == "quicksilver train: device 'cuda' requested but torch sees no CUDA device"
     assert not (tmp_path / "x").exists()
+
+
+def test_packed_layouts_give_the_collated_batch():
+    pairs = load_disfl_qa("train")[:24]
+    tok = train_tokenizer([p.disfluent for p in pairs] + [p.fluent for p in pairs], vocab_size=400)
+    ids = cv.SpecialIds(tok)
+    enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]
+    layouts = [cv.cleanup_layout(enc(p.disfluent), ids, enc(p.fluent)) for p in pairs]
+    layouts += [cv.reply_layout(enc(p.fluent), enc(p.disfluent), ids, enc(p.fluent)) for p in pairs[:5]]
+    packed = PackedLayouts(layouts, ids.pad)
+    index = bucket(len(packed), 6, random.Random(3), window=2)
+    assert len(set(index)) == 6 and all(0 <= i < len(layouts) for i in index)
+    got, want = packed.take(index), collate([layouts[i] for i in index], ids.pad)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key].dtype == torch.long and torch.equal(got[key], want[key]), key
+
+
+def test_a_schedule_over_wall_time_needs_minutes(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="needs minutes"):
+        train(TrainConfig(out=str(tmp_path / "x"), steps=0, device="cpu", init_from="llm/checkpoint"))
+
+
+def test_python_m_llm_has_the_lm_commands():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "llm", "--help"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0
+    import re
+
+    listed = re.findall(r"^    (\w+) ", run.stdout, flags=re.M)
+    assert listed == ["cleanup", "train", "eval"]

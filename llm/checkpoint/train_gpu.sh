@@ -20,7 +20,7 @@ variant() {
     local name=$1; shift
     local ckpt=runs/gpu-$name
     [[ -n $ONLY && $ONLY != "$name" ]] && return 0
-    python3 -m llm train --device "$DEVICE" --init-from llm/checkpoint --out "$ckpt" --steps 0 --minutes "$MINUTES" \
+    python3 -m llm train --device "$DEVICE" --init-from "${INIT:-llm/checkpoint}" --out "$ckpt" --steps 0 --minutes "$MINUTES" \
         --batch-size "$BATCH" --warmup-steps 200 --eval-every 2000 "$@" >"$RESULTS/$name.train.log" 2>&1 || {
         echo "variant $name: training failed"; tail -5 "$RESULTS/$name.train.log"; return 1; }
     python3 -m llm eval cleanup --efforts low --llm-model "$ckpt" --device "$DEVICE" \
@@ -40,7 +40,7 @@ PY
     return 0
 }
 
-variant A --lr 5e-4 --reply-fraction 0.5 --disfl-weight 0.6 &
+[[ -z ${VARIANTS:-} || $VARIANTS == *A* ]] && variant A --lr 5e-4 --reply-fraction 0.5 --disfl-weight 0.6 &
 variant B --lr 5e-4 --reply-fraction 0.7 --disfl-weight 0.6 &
 variant C --lr 1e-3 --reply-fraction 0.6 --disfl-weight 0.6 &
 wait
