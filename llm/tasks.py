@@ -43,8 +43,10 @@ def is_faithful(source: str, output: str) -> bool:
     """Whether a cleanup ``output`` keeps to ``source``: invents no word, keeps most content.
 
     Fails when ``output`` is empty, contains a word absent from ``source`` (case-insensitive),
-    keeps none of the content words of ``source`` (``um hello there`` -> ``There.``), or, when
-    ``source`` has :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words, keeps fewer than
+    keeps none of the content words of ``source`` (``um hello there`` -> ``There.``), drops
+    every content word of a sentence of ``source`` that has two or more (``Go forward 10
+    meters. 1, 2, 3.`` -> ``Go forward 10 meters.``), or, when ``source`` has
+    :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words, keeps fewer than
     :data:`FALLBACK_MIN_KEPT` of them.
     """
     src_words = set(words_of(source))
@@ -59,6 +61,10 @@ def is_faithful(source: str, output: str) -> bool:
         return False
     if len(content) >= FALLBACK_MIN_CONTENT_WORDS and kept < FALLBACK_MIN_KEPT * len(content):
         return False
+    for sentence in SENTENCE_END.split(source):
+        words = content_words(sentence)
+        if len(words) >= 2 and not any(w in out_words for w in words):
+            return False
     return True
 
 

@@ -108,6 +108,9 @@ def test_faithfulness_check():
     assert not is_faithful(src, "")
     assert not is_faithful("um hello there", "There.")  # a short input must keep some content
     assert is_faithful("Tuesday no Wednesday", "Wednesday.")  # a repair may drop the reparandum
+    # a whole sentence of content may not vanish (the GPU-trained checkpoint dropped "1, 2, 3.")
+    assert not is_faithful("Go forward 10 meters. 1, 2, 3.", "Go forward 10 meters.")
+    assert is_faithful("Go forward 10 meters. Um, okay.", "Go forward 10 meters.")  # no content lost
 
 
 def test_short_greeting_keeps_its_content(shipped_lm):
