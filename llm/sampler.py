@@ -171,6 +171,12 @@ def denoising_steps(
                 prediction = (logits / temperature - torch.log(-torch.log(uniform))).argmax(dim=-1)
             else:
                 prediction = logits.argmax(dim=-1)
+            if threshold is None and i == steps_per_block - 1:
+                # the block's last step commits every masked position: no confidence needed
+                # (for effort low, the one step, this skips a softmax over the vocabulary)
+                y = torch.where(masked, prediction, y)
+                yield torch.cat([prompt_ids, y], dim=1), passes
+                continue
             if remasking == "low_confidence":
                 confidence = torch.softmax(logits, dim=-1).gather(-1, prediction[..., None]).squeeze(-1)
             else:
@@ -183,9 +189,8 @@ def denoising_steps(
                 commit[rows[has_mask], confidence.argmax(dim=1)[has_mask]] = True
             else:
                 commit = torch.zeros_like(masked)
-                last = i == steps_per_block - 1
                 for row in range(batch):
-                    k = int(masked[row].sum()) if last else int(plan[row, i])
+                    k = int(plan[row, i])
                     if k > 0:
                         commit[row, torch.topk(confidence[row], k).indices] = True
             y = torch.where(commit, prediction, y)

@@ -38,7 +38,7 @@ class ModelOptions:
     llm_quantize: str = "auto"
     asr_model: str | None = None
     tts_voice: str | None = None
-    cleanup_max_batch: int = 16
+    cleanup_max_batch: int = 8
     """Cleanups run together at most (1 = one at a time)."""
 
 
@@ -53,7 +53,7 @@ class BatchingLanguageModel(LanguageModel):
         batches: sizes of the batches run so far (for tests and the benchmark).
     """
 
-    def __init__(self, inner: LanguageModel, max_batch: int = 16) -> None:
+    def __init__(self, inner: LanguageModel, max_batch: int = 8) -> None:
         self.inner = inner
         self.name = inner.name
         self.max_batch = max_batch
