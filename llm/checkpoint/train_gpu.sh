@@ -4,6 +4,8 @@
 # MINUTES of wall time, then each scored on the dev splits (Disfl-QA dev cleanup at
 # effort low; SGD dev replies, 200 items, every effort). Run from the repository root:
 #     MINUTES=5 RESULTS=runs/gpu llm/checkpoint/train_gpu.sh
+# INIT=folder starts from another checkpoint; ONLY=C runs one variant; DEVICE=cpu and a small
+# BATCH try the script on a machine without a GPU.
 # Checkpoints go to runs/gpu-<name>/; logs, scores and a float16 copy of each model
 # (to carry it off the machine) go to RESULTS; with PACK=folder, one tar per run goes there too.
 set -uo pipefail
@@ -40,7 +42,7 @@ PY
     return 0
 }
 
-[[ -z ${VARIANTS:-} || $VARIANTS == *A* ]] && variant A --lr 5e-4 --reply-fraction 0.5 --disfl-weight 0.6 &
+variant A --lr 5e-4 --reply-fraction 0.5 --disfl-weight 0.6 &
 variant B --lr 5e-4 --reply-fraction 0.7 --disfl-weight 0.6 &
 variant C --lr 1e-3 --reply-fraction 0.6 --disfl-weight 0.6 &
 wait
