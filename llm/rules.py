@@ -35,8 +35,10 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     repetition is a disfluency (Shriberg 1994), and the second copy, the repair, is the one kept.
 
     Words compare case- and punctuation-blind, but a run that ends in punctuation is kept: a
-    sentence or clause boundary (``for you, you can``) is not a repetition. Nothing else changes
-    (whitespace is normalised). Longest runs first, repeated to a fixpoint.
+    sentence or clause boundary (``for you, you can``) is not a repetition. Runs made only of
+    numbers (``five five five``, ``5 5``) or single letters other than ``a`` and ``I``
+    (``B B King``) are kept: digits of a phone number and spelled initials repeat for real.
+    Nothing else changes (whitespace is normalised). Longest runs first, repeated to a fixpoint.
     """
     words = text.split()
     keys = [re.sub(r"[^\w']", "", w.lower()) for w in words]
@@ -44,13 +46,25 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     while i < len(words):
         for n in range(min(max_words, (len(words) - i) // 2), 0, -1):
             first, second = keys[i:i + n], keys[i + n:i + 2 * n]
-            if first == second and all(first) and words[i + n - 1][-1] not in ".?!,;:":
+            if first == second and all(first) and words[i + n - 1][-1] not in ".?!,;:" \
+                    and not all(_literal(k) for k in first):
                 del words[i:i + n], keys[i:i + n]
                 i = max(0, i - max_words)  # the shorter text may repeat again just before
                 break
         else:
             i += 1
     return " ".join(words)
+
+
+NUMBER_WORDS = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+                "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+                "hundred", "thousand", "double", "triple"}
+
+
+def _literal(key: str) -> bool:
+    """A number or a spelled letter: a word whose repetition is content, not a disfluency."""
+    return key.isdigit() or key in NUMBER_WORDS or (len(key) == 1 and key not in ("a", "i"))
 
 
 def end_punctuation(text: str) -> str:

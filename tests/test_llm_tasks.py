@@ -203,6 +203,10 @@ def test_adjacent_repeats_collapse_to_the_repair():
     assert collapse_repeats("Go. Go. now") == "Go. Go. now"  # sentence ends are not repeats
     assert collapse_repeats("to Boston boston please") == "to boston please"  # case blind
     assert collapse_repeats("what you can do for you, you can do") == "what you can do for you, you can do"
+    # numbers and spelled letters repeat for real (a new-user check found these collapsed)
+    assert collapse_repeats("my number is five five five one two") == "my number is five five five one two"
+    assert collapse_repeats("blues by B B King") == "blues by B B King"
+    assert collapse_repeats("room 4 4 please") == "room 4 4 please"
     assert end_punctuation("what time is it") == "what time is it?"
     assert end_punctuation("book it") == "book it." and end_punctuation("Stop!") == "Stop!"
     assert end_punctuation("Yes,") == "Yes." and end_punctuation("well ;") == "well."
