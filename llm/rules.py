@@ -67,6 +67,13 @@ def _literal(key: str) -> bool:
     return key.isdigit() or key in NUMBER_WORDS or (len(key) == 1 and key not in ("a", "i"))
 
 
+def tidy_punctuation(text: str) -> str:
+    """Runs of sentence-end marks made one (``What city??`` -> ``What city?``, ``in...`` ->
+    ``in.``; the first mark of a run is kept) and no space before ``.,?!;:``."""
+    text = re.sub(r"([.?!])[.?!]+", r"\1", text)
+    return re.sub(r"\s+([.,?!;:])", r"\1", text)
+
+
 def end_punctuation(text: str) -> str:
     """``text`` ending in ``.``, ``?`` or ``!``: a question mark when its first word opens a
     question (:data:`QUESTION_STARTS`), else a full stop. A trailing ``,``/``;``/``:`` is replaced."""

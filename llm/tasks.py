@@ -17,7 +17,7 @@ from llm import canvas as cv
 from llm.backend import Turn, check_text
 from llm.effort import REPLY_BLOCK_LENGTH, sampler_settings
 from llm.model import LoadedModel
-from llm.rules import collapse_repeats, end_punctuation, rule_cleanup, words_of
+from llm.rules import collapse_repeats, end_punctuation, rule_cleanup, tidy_punctuation, words_of
 from llm.sampler import denoising_steps
 
 #: Spoken when the model drafts an empty reply.
@@ -240,7 +240,8 @@ class CanvasTasks:
         yield text or FALLBACK_REPLY
 
     def _reply_text(self, body: torch.Tensor) -> str:
-        text = self.decode(cv.decode_reply(body.tolist(), self.ids))
+        """The reply text of a canvas: up to the first ``[EOS]``, punctuation runs tidied, at most two sentences."""
+        text = tidy_punctuation(self.decode(cv.decode_reply(body.tolist(), self.ids)))
         sentences = SENTENCE_END.split(text)
         return " ".join(sentences[:2])
 

@@ -208,6 +208,10 @@ def test_adjacent_repeats_collapse_to_the_repair():
     assert collapse_repeats("blues by B B King") == "blues by B B King"
     assert collapse_repeats("room 4 4 please") == "room 4 4 please"
     assert end_punctuation("what time is it") == "what time is it?"
+    from llm.rules import tidy_punctuation
+
+    assert tidy_punctuation("What city??") == "What city?" and tidy_punctuation("I found 10 in...") == "I found 10 in."
+    assert tidy_punctuation("Yes , at 5 pm .") == "Yes, at 5 pm." and tidy_punctuation("Really?!") == "Really?"
     assert end_punctuation("book it") == "book it." and end_punctuation("Stop!") == "Stop!"
     assert end_punctuation("Yes,") == "Yes." and end_punctuation("well ;") == "well."
 
