@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from llm.data import number_to_words
+
 FILLER_PATTERN = re.compile(
     r"(?<![\w'])(?:um+|uh+|er+|erm|hmm+|mm+|uh huh|you know)(?![\w'])[,.]?\s*", re.IGNORECASE
 )
@@ -56,10 +58,9 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     return " ".join(words)
 
 
-NUMBER_WORDS = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-                "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-                "hundred", "thousand", "double", "triple"}
+#: Number words as ASR writes them (``zero`` ... ``ninety nine``, plus ``oh``, ``hundred``, ...).
+NUMBER_WORDS = {w for n in range(100) for w in number_to_words(n).split()} | {
+    "oh", "hundred", "thousand", "double", "triple"}
 
 
 def _literal(key: str) -> bool:

@@ -12,12 +12,17 @@ from llm.tokenizer import train_tokenizer
 from llm.train import PackedLayouts, TrainConfig, bucket, collate, mdlm_loss, train
 
 
-def small_batch():
-    pairs = load_disfl_qa("train")[:16]
+def small_layouts(n: int = 16):
+    """A tokenizer trained on the first ``n`` Disfl-QA train pairs, and their cleanup layouts."""
+    pairs = load_disfl_qa("train")[:n]
     tok = train_tokenizer([p.disfluent for p in pairs] + [p.fluent for p in pairs], vocab_size=400)
     ids = cv.SpecialIds(tok)
     enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]
-    layouts = [cv.cleanup_layout(enc(p.disfluent), ids, enc(p.fluent)) for p in pairs]
+    return tok, ids, enc, pairs, [cv.cleanup_layout(enc(p.disfluent), ids, enc(p.fluent)) for p in pairs]
+
+
+def small_batch():
+    tok, ids, _, _, layouts = small_layouts()
     return tok, ids, collate(layouts, ids.pad)
 
 
@@ -132,11 +137,7 @@ def test_train_on_a_missing_gpu_is_a_clear_error(tmp_path):
 
 
 def test_packed_layouts_give_the_collated_batch():
-    pairs = load_disfl_qa("train")[:24]
-    tok = train_tokenizer([p.disfluent for p in pairs] + [p.fluent for p in pairs], vocab_size=400)
-    ids = cv.SpecialIds(tok)
-    enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]
-    layouts = [cv.cleanup_layout(enc(p.disfluent), ids, enc(p.fluent)) for p in pairs]
+    _, ids, enc, pairs, layouts = small_layouts(24)
     layouts += [cv.reply_layout(enc(p.fluent), enc(p.disfluent), ids, enc(p.fluent)) for p in pairs[:5]]
     packed = PackedLayouts(layouts, ids.pad)
     index = bucket(len(packed), 6, random.Random(3), window=2)
