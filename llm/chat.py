@@ -15,7 +15,7 @@ from llm.effort import sampler_settings
 from llm.model import LoadedModel
 from llm.rules import rule_cleanup
 from llm.sampler import denoising_steps
-from llm.tasks import is_faithful
+from llm.faithful import is_faithful
 
 CLEANUP_INSTRUCTION = (
     "Clean up this speech transcript: remove filler words (um, uh, you know, I mean), false starts "

@@ -2,7 +2,10 @@
 
 Metrics come from well-kept libraries: WER from ``jiwer``, BLEU and chrF from
 ``sacrebleu`` (corpus level, default tokenisation). WER is computed on the raw strings,
-so casing and punctuation errors count, as in the Disfl-QA references.
+so casing and punctuation errors count, as in the Disfl-QA references. Cleanup rows also
+give ``content_kept``: the share of the reference's content words (:func:`llm.faithful.content_words`)
+found in the output -- the measure of the issue's "keep every content word", which WER
+blurs with casing and punctuation.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sacrebleu
 from llm.backend import LanguageModel, Turn
 from llm.data import load_disfl_qa, load_sgd, reply_pairs
 from llm.effort import REASONING_EFFORTS
+from llm.faithful import content_words
 from llm.retrieval import ReplyRetriever, exchange_key
 from llm.rules import rule_cleanup
 
@@ -40,6 +44,7 @@ def _row(system: str, hyps: list[str], refs: list[str], latencies: list[float] |
         "exact_match": sum(h == r for h, r in zip(hyps, refs)) / len(refs),
         "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
         "wer": jiwer.wer(refs, hyps),
+        "content_kept": content_kept(hyps, refs),
     }
     if latencies is not None:
         total = sum(latencies)
@@ -47,6 +52,17 @@ def _row(system: str, hyps: list[str], refs: list[str], latencies: list[float] |
         row["p50_latency_ms"] = 1000 * statistics.median(latencies)
         row["tokens_per_s"] = sum(count_tokens(h) for h in hyps) / total if total > 0 else 0.0
     return row
+
+
+def content_kept(hyps: Sequence[str], refs: Sequence[str]) -> float:
+    """Share (0..1) of the distinct content words of each reference that occur in its hypothesis,
+    pooled over the corpus (words compared lowercased, without punctuation)."""
+    kept = total = 0
+    for hyp, ref in zip(hyps, refs):
+        words = set(content_words(ref))
+        kept += len(words & set(content_words(hyp)))
+        total += len(words)
+    return kept / total if total else 1.0
 
 
 def token_counter(lm: LanguageModel) -> Callable[[str], int]:
@@ -126,6 +142,6 @@ def format_table(results: dict) -> str:
         cells = []
         for c in columns:
             v = r.get(c)
-            cells.append("" if v is None else (f"{v:.3f}" if c in ("wer", "exact_match") else f"{v:.1f}"))
+            cells.append("" if v is None else (f"{v:.3f}" if c in ("wer", "exact_match", "content_kept") else f"{v:.1f}"))
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines)

@@ -18,7 +18,7 @@ from llm.backend import LanguageModel, LanguageModelError, Turn, check_text
 from llm.chat import CLEANUP_INSTRUCTION, REPLY_SYSTEM
 from llm.effort import sampler_settings
 from llm.rules import rule_cleanup
-from llm.tasks import is_faithful
+from llm.faithful import is_faithful
 
 #: Inception Labs' OpenAI-compatible endpoint (Mercury 2).
 DEFAULT_BASE_URL = "https://api.inceptionlabs.ai/v1"

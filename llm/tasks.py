@@ -8,7 +8,6 @@ step through :func:`llm.sampler.generate`'s callback.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -16,56 +15,13 @@ import torch
 from llm import canvas as cv
 from llm.backend import Turn, check_text
 from llm.effort import REPLY_BLOCK_LENGTH, sampler_settings
+from llm.faithful import SENTENCE_END, is_faithful, restore_dropped
 from llm.model import LoadedModel
-from llm.rules import collapse_repeats, end_punctuation, rule_cleanup, tidy_punctuation, words_of
+from llm.rules import collapse_repeats, end_punctuation, rule_cleanup, tidy_punctuation
 from llm.sampler import denoising_steps
 
 #: Spoken when the model drafts an empty reply.
 FALLBACK_REPLY = "Sorry, could you say that again?"
-SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
-#: Inputs with at least this many content words are checked for dropped content.
-FALLBACK_MIN_CONTENT_WORDS = 4
-#: Fraction of the input's content words the model output must keep.
-FALLBACK_MIN_KEPT = 0.5
-NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i", "mean", "so", "well",
-               "the", "a", "an", "no", "sorry", "wait", "actually", "oh", "uh-huh", "huh", "okay", "ok",
-               "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in", "for", "at",
-               "on", "with", "by", "from", "be", "are", "was", "were", "do", "does", "did", "can", "could",
-               "would", "will", "me", "my", "we", "our", "your", "this", "there", "some", "any", "i'm", "i'd"}
-
-
-def content_words(text: str) -> list[str]:
-    """Words of ``text`` that carry content (not fillers, editing terms or function words)."""
-    return [w for w in words_of(text) if w not in NON_CONTENT]
-
-
-def is_faithful(source: str, output: str) -> bool:
-    """Whether a cleanup ``output`` keeps to ``source``: invents no word, keeps most content.
-
-    Fails when ``output`` is empty, contains a word absent from ``source`` (case-insensitive),
-    keeps none of the content words of ``source`` (``um hello there`` -> ``There.``), drops
-    every content word of a sentence of ``source`` that has two or more (``Go forward 10
-    meters. 1, 2, 3.`` -> ``Go forward 10 meters.``), or, when ``source`` has
-    :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words, keeps fewer than
-    :data:`FALLBACK_MIN_KEPT` of them.
-    """
-    src_words = set(words_of(source))
-    out_words = set(words_of(output))
-    if not out_words:
-        return False
-    if any(w not in src_words for w in out_words):
-        return False
-    content = content_words(source)
-    kept = sum(1 for w in content if w in out_words)
-    if content and kept == 0:
-        return False
-    if len(content) >= FALLBACK_MIN_CONTENT_WORDS and kept < FALLBACK_MIN_KEPT * len(content):
-        return False
-    for sentence in SENTENCE_END.split(source):
-        words = content_words(sentence)
-        if len(words) >= 2 and not any(w in out_words for w in words):
-            return False
-    return True
 
 
 class CanvasTasks:
@@ -188,12 +144,22 @@ class CanvasTasks:
             yield render(x)
 
     def finish_cleanup(self, source: str, output: str) -> str:
-        """The model's ``output`` -- exact adjacent repeats collapsed, first letter capitalised,
-        end punctuation added (:mod:`llm.rules`) -- if :func:`is_faithful` to ``source``, else
-        :func:`rule_cleanup` of ``source``. The rules took Disfl-QA dev (997) at effort low from
-        WER 0.179 / BLEU 79.3 to 0.175 / 79.9 with the checkpoint before the GPU phase; the shipped
-        one scores 0.158 / 82.4 with them."""
-        output = collapse_repeats(output)
+        """The model's ``output`` made safe to return for ``source``.
+
+        1. :func:`llm.faithful.restore_dropped`: words the model dropped outside a disfluency
+           are put back (``for uh for six thirty`` keeps ``six``).
+        2. :mod:`llm.rules`: runs of end marks made one, exact adjacent repeats collapsed, first
+           letter capitalised, end punctuation added.
+        3. The fallback: if the result is not :func:`llm.faithful.is_faithful` to ``source``
+           (it invents a word or keeps too little content), :func:`llm.rules.rule_cleanup` of
+           ``source`` (fillers and exact repeats removed, every other word kept) is returned.
+
+        Measured on Disfl-QA dev (997) at effort low with the shipped checkpoint: step 2 and 3
+        alone give WER 0.158 / BLEU 82.4 with 93.1 % of the reference's content words kept;
+        with step 1, 0.167 / 80.9 and 95.8 % kept (the price of the words put back is a few
+        reparanda kept where the model was right to drop them).
+        """
+        output = collapse_repeats(tidy_punctuation(restore_dropped(source, output)))
         output = end_punctuation(output[:1].upper() + output[1:])
         if is_faithful(source, output):
             return output

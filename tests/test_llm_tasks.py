@@ -11,7 +11,9 @@ import pytest
 from llm.backend import Turn
 from llm.data import load_disfl_qa
 from llm.rules import rule_cleanup
-from llm.tasks import FALLBACK_REPLY, is_faithful
+from llm.faithful import is_faithful, restore_dropped
+from llm.rules import words_of
+from llm.tasks import FALLBACK_REPLY
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +113,42 @@ def test_faithfulness_check():
     # a whole sentence of content may not vanish (the GPU-trained checkpoint dropped "1, 2, 3.")
     assert not is_faithful("Go forward 10 meters. 1, 2, 3.", "Go forward 10 meters.")
     assert is_faithful("Go forward 10 meters. Um, okay.", "Go forward 10 meters.")  # no content lost
+
+
+@pytest.mark.parametrize("source, output, expected", [
+    # a content word said once and never taken back is put back where it was said
+    ("can you set an alarm for uh for six thirty am", "Can you set an alarm for thirty am?",
+     "Can you set an alarm for six thirty am?"),
+    ("send a message to Priya saying I'll be late", "Send a message to be late.",
+     "Send a message to Priya saying I'll be late."),
+    # a filler is not a repair: the word before it stays
+    ("I'll be late uh by ten minutes", "I'll be by ten minutes.", "I'll be late by ten minutes."),
+    # licensed drops stay dropped: reparandum before an editing term, restart, repeat, fillers
+    ("what's the weather in Boston no sorry in Chicago", "What's the weather in Chicago?",
+     "What's the weather in Chicago?"),
+    ("book a table for two I mean for three", "Book a table for three.", "Book a table for three."),
+    ("which is what is the capital of France", "What is the capital of France?",
+     "What is the capital of France?"),
+    ("play the uh the Beatles", "Play the Beatles.", "Play the Beatles."),
+    ("that's all all", "That's all.", "That's all."),
+    ("um hello there", "Hello there.", "Hello there."),
+])
+def test_restore_dropped(source, output, expected):
+    assert restore_dropped(source, output) == expected
+
+
+@pytest.mark.parametrize("transcript, words", [
+    ("can you set an alarm for uh for six thirty am", ["six", "thirty"]),
+    ("send a message to Priya saying I'll be late uh by ten minutes", ["priya", "saying", "late", "ten"]),
+    ("and so my fellow americans ask not what your country can do for you ask what you can do for your country",
+     ["americans", "ask", "not", "country"]),
+])
+def test_voice_commands_keep_their_content(shipped_lm, transcript, words):
+    """Inputs a new user tried (stop 9): the model alone dropped ``six``, ``Priya saying I'll``
+    and rewrote the JFK line; :func:`restore_dropped` puts the words back."""
+    out = shipped_lm.cleanup(transcript)
+    assert set(words) <= set(words_of(out)), out
+    assert is_faithful(transcript, out)
 
 
 def test_short_greeting_keeps_its_content(shipped_lm):

@@ -1,0 +1,144 @@
+"""Keeping a cleanup faithful to its transcript: the content check and the restoring of dropped words.
+
+:func:`is_faithful` rejects an output that invents a word or loses most of the content.
+:func:`restore_dropped` repairs the subtler loss. A cleanup may delete words only where speech is disfluent: fillers, the reparandum of a
+self-repair (the words before an editing term such as ``no``, ``sorry``, ``I mean``, or before a
+restart of the same phrase), and exact repeats (Shriberg 1994, "Preliminaries to a theory of
+speech disfluencies": reparandum, interregnum, repair). :func:`restore_dropped` finds the runs of
+input words missing from a model's output (``difflib`` word alignment, case- and
+punctuation-blind) and puts back each run that no disfluency explains, so a content word said
+once and never taken back survives the cleanup (``set an alarm for uh for six thirty`` must not
+lose ``six``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from llm.rules import QUESTION_STARTS, words_of
+
+SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+#: Inputs with at least this many content words are checked for dropped content.
+FALLBACK_MIN_CONTENT_WORDS = 4
+#: Fraction of the input's content words the model output must keep.
+FALLBACK_MIN_KEPT = 0.5
+
+#: Fillers: hesitations that may stand alone or inside a repair (``ummm``, ``errr`` match too).
+FILLER_WORDS = {"um", "uh", "er", "erm", "hmm", "mm", "ah", "ugh", "huh"}
+#: Single-word editing terms: the interregnum of a self-repair (``Boston no Chicago``).
+EDITING_WORDS = {"doh", "oops", "no", "nope", "sorry", "wait", "actually", "rather", "or", "correction",
+                 "instead", "oh", "well", "like"}
+#: Multi-word editing phrases (``I mean``, ``let me say``, ``scratch that`` ...), as word tuples.
+EDITING_PHRASES = [tuple(p.split()) for p in (
+    "i mean", "i meant", "you know", "tell me", "let me say", "let me ask", "let me", "i want to know",
+    "i should say", "should say", "better yet", "not that but", "change that to", "make that", "scratch that",
+    "hold on", "what in tarnation")]
+#: Words that carry no content of their own: fillers, function words, pronouns.
+NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i", "mean", "so", "well",
+               "the", "a", "an", "no", "sorry", "wait", "actually", "oh", "uh-huh", "huh", "okay", "ok",
+               "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in", "for", "at",
+               "on", "with", "by", "from", "be", "are", "was", "were", "do", "does", "did", "can", "could",
+               "would", "will", "me", "my", "we", "our", "your", "this", "there", "some", "any", "i'm", "i'd"}
+_FILLER_SHAPE = re.compile(r"u+h+|u+m+|e+r+m*|h+m+|a+h+|m+")
+
+
+def word_key(word: str) -> str:
+    """``word`` lowercased without punctuation (apostrophes kept): the form words compare in."""
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+def is_filler(key: str) -> bool:
+    """Whether a word key is a filler (:data:`FILLER_WORDS`, or shaped like one: ``ummm``, ``errr``)."""
+    return key in FILLER_WORDS or _FILLER_SHAPE.fullmatch(key or "-") is not None
+
+
+def editing_mask(keys: list[str]) -> list[bool]:
+    """Per word key: is it part of an editing term or phrase (:data:`EDITING_WORDS`,
+    :data:`EDITING_PHRASES`)? Fillers are not editing terms: ``late uh by ten`` repairs nothing."""
+    mask = [k in EDITING_WORDS for k in keys]
+    for phrase in EDITING_PHRASES:
+        n = len(phrase)
+        for i in range(len(keys) - n + 1):
+            if tuple(keys[i:i + n]) == phrase:
+                mask[i:i + n] = [True] * n
+    return mask
+
+
+def restore_dropped(source: str, output: str) -> str:
+    """``output`` with every run of ``source`` words it dropped outside a disfluency put back.
+
+    Word alignment of ``source`` and ``output`` by ``difflib.SequenceMatcher`` on
+    :func:`word_key` forms. Of each dropped run only its last segment counts (the words after
+    the run's last editing term; what comes before an editing term is a reparandum). That
+    segment is a licensed deletion when it holds no content word (:data:`NON_CONTENT`), when
+    each of its content words is still in ``output`` (a repeat), or when the next ``source``
+    word that is not a filler is an editing term, repeats the segment's first word (a
+    restart: ``for uh for``), or, like the segment's first word, opens a question (``which is
+    what is``). Any other segment is inserted back -- its words as written in ``source``,
+    fillers left out, trailing punctuation stripped, a first word that repeats the output word
+    before the gap left out -- where the alignment puts it.
+
+    Both arguments are plain text; the result is plain text (whitespace normalised).
+    """
+    src = source.split()
+    keys = [word_key(w) for w in src]
+    editing = editing_mask(keys)
+    out = output.split()
+    out_keys = [word_key(w) for w in out]
+    kept = set(out_keys)
+    inserts: list[tuple[int, list[str]]] = []
+    matcher = difflib.SequenceMatcher(None, keys, out_keys, autojunk=False)
+    for op, i1, i2, j1, _ in matcher.get_opcodes():
+        if op not in ("delete", "replace"):
+            continue
+        start = max([i + 1 for i in range(i1, i2) if editing[i]], default=i1)
+        segment = [k for k in keys[start:i2] if not is_filler(k)]
+        content = [k for k in segment if k and k not in NON_CONTENT]
+        if not content or all(k in kept for k in content):
+            continue
+        after = next((i for i in range(i2, len(keys)) if not is_filler(keys[i])), None)
+        if after is not None and (editing[after] or keys[after] == segment[0] or (
+                segment[0] in QUESTION_STARTS and keys[after] in QUESTION_STARTS)):
+            continue
+        words = [(w.rstrip(".,?!;:"), k) for w, k in zip(src[start:i2], keys[start:i2]) if not is_filler(k)]
+        if j1 > 0 and words[0][1] == out_keys[j1 - 1]:
+            words = words[1:]  # the head of a restart already stands before the gap
+        inserts.append((j1, [w for w, _ in words]))
+    for j, words in reversed(inserts):
+        out[j:j] = words
+    return " ".join(out)
+
+
+def content_words(text: str) -> list[str]:
+    """Words of ``text`` that carry content (not fillers, editing terms or function words)."""
+    return [w for w in words_of(text) if w not in NON_CONTENT]
+
+
+def is_faithful(source: str, output: str) -> bool:
+    """Whether a cleanup ``output`` keeps to ``source``: invents no word, keeps most content.
+
+    Fails when ``output`` is empty, contains a word absent from ``source`` (case-insensitive),
+    keeps none of the content words of ``source`` (``um hello there`` -> ``There.``), drops
+    every content word of a sentence of ``source`` that has two or more (``Go forward 10
+    meters. 1, 2, 3.`` -> ``Go forward 10 meters.``), or, when ``source`` has
+    :data:`FALLBACK_MIN_CONTENT_WORDS` or more content words, keeps fewer than
+    :data:`FALLBACK_MIN_KEPT` of them.
+    """
+    src_words = set(words_of(source))
+    out_words = set(words_of(output))
+    if not out_words:
+        return False
+    if any(w not in src_words for w in out_words):
+        return False
+    content = content_words(source)
+    kept = sum(1 for w in content if w in out_words)
+    if content and kept == 0:
+        return False
+    if len(content) >= FALLBACK_MIN_CONTENT_WORDS and kept < FALLBACK_MIN_KEPT * len(content):
+        return False
+    for sentence in SENTENCE_END.split(source):
+        words = content_words(sentence)
+        if len(words) >= 2 and not any(w in out_words for w in words):
+            return False
+    return True
