@@ -1,8 +1,9 @@
 """Load test of the ``/cleanup`` websocket service: throughput and latency at several
 concurrencies, batched on the shared LM versus one request at a time.
 
-Each mode is a server in its own process (``quicksilver serve --port 0 --cleanup-batch N``:
-N = 8 batched, the default, and 16; N = 1 one at a time); all run at once and each level is measured on one, then at
+Each mode is a server in its own process (``quicksilver serve --port 0 --cleanup-batch N
+--cleanup-workers W``: batched, the default, N = 8 and W = 2; batched on one worker, W = 1; one at a
+time, N = 1 and W = 1); all run at once and each level is measured on one, then at
 once on the other, so a machine shared with other work loads both about alike (the load average
 is recorded with each level). For each concurrency C, C clients on loopback each
 hold one ``/cleanup`` connection and one request in flight (the next is sent when the answer
@@ -35,8 +36,8 @@ from llm.data import load_disfl_qa  # noqa: E402
 from load import ServerProcess, percentile  # noqa: E402
 
 TARGET_RPS_AT_32 = 200
-MODES = {"batched": 8, "batched_16": 16, "one_at_a_time": 1}
-"""Mode → ``--cleanup-batch`` of the server."""
+MODES = {"batched": (8, 2), "batched_1_worker": (8, 1), "one_at_a_time": (1, 1)}
+"""Mode → ``(--cleanup-batch, --cleanup-workers)`` of the server; ``batched`` is the default."""
 
 
 async def run_level(port: int, concurrency: int, requests: int, inputs: list[str]) -> dict:
@@ -88,18 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [pair.disfluent for pair in load_disfl_qa("dev")]
     results = {"inputs": "Disfl-QA dev (disfluent questions, file order)", "cpu_count": os.cpu_count(),
                "target": f">= {TARGET_RPS_AT_32} requests/s at concurrency 32 (batched)",
-               "modes": {mode: {"cleanup_batch": MODES[mode], "levels": []} for mode in args.modes}}
+               "modes": {mode: {"cleanup_batch": MODES[mode][0], "cleanup_workers": MODES[mode][1], "levels": []}
+                         for mode in args.modes}}
     servers = {}
     try:
         for mode in args.modes:
-            servers[mode] = ServerProcess(["--cleanup-batch", str(MODES[mode])])
+            batch, workers = MODES[mode]
+            servers[mode] = ServerProcess(["--cleanup-batch", str(batch), "--cleanup-workers", str(workers)])
         for concurrency in args.concurrency:
             for mode, server in servers.items():
                 asyncio.run(run_level(server.port, concurrency, args.warmup, inputs))
                 level = asyncio.run(run_level(server.port, concurrency, args.requests, inputs))
                 level["load_average_1min"] = round(os.getloadavg()[0], 2)
                 results["modes"][mode]["levels"].append(level)
-                print(f"{mode:>14}  C={concurrency:<3} {level['throughput_rps']:7.1f} req/s   "
+                print(f"{mode:>16}  C={concurrency:<3} {level['throughput_rps']:7.1f} req/s   "
                       f"p50 {level['latency_ms']['p50']:7.1f} ms   p99 {level['latency_ms']['p99']:7.1f} ms   "
                       f"errors {level['errors']}   load {level['load_average_1min']}", flush=True)
     finally:

@@ -115,10 +115,15 @@ class CanvasTasks:
         layouts = [cv.cleanup_layout(s, self.ids) for s in srcs]
         prompt, canvas, kwargs = self._batch(layouts)
         gen_length = canvas.shape[1]
+        # constrained decoding: the union of the texts' allowed ids is the candidate vocabulary
+        # (only those rows of the output projection are computed), and each chunk may use
+        # only its own text's ids among them
+        per_text = [self.allowed_output_ids(text) for text in texts]
+        vocab_ids = torch.tensor(sorted(set().union(*per_text)), dtype=torch.long, device=prompt.device)
         allowed = torch.zeros(len(texts), len(self.tok), dtype=torch.bool, device=prompt.device)
-        for index, text in enumerate(texts):  # once per text, shared by its chunks
-            allowed[index, self.allowed_output_ids(text)] = True
-        banned = ~allowed[torch.tensor(owner, device=prompt.device), None, :]
+        for index, ids in enumerate(per_text):
+            allowed[index, ids] = True
+        banned = ~allowed[:, vocab_ids][torch.tensor(owner, device=prompt.device), None, :]
 
         def constrain(logits: torch.Tensor) -> None:
             # output slots may only keep, delete, re-case an input word or add punctuation
@@ -139,7 +144,7 @@ class CanvasTasks:
             self.loaded.model, prompt, gen_length, self.ids.mask,
             steps=settings.steps, block_length=settings.block_length, threshold=settings.threshold,
             remasking=settings.remasking, model_kwargs=kwargs, suppress_ids=self.cleanup_suppress,
-            canvas=canvas, logits_hook=constrain,
+            canvas=canvas, logits_hook=constrain, vocab_ids=vocab_ids,
         ):
             yield render(x)
 

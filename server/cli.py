@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--cleanup-batch", type=int, default=8, metavar="N",
                    help="run at most N waiting cleanups as one batch on the LM (1 = one at a time; "
                    "default: %(default)s)")
+    p.add_argument("--cleanup-workers", type=int, default=2, metavar="N",
+                   help="run up to N cleanup batches at once, each on its own copy of the LM "
+                   "(default: %(default)s)")
     add_llm_options(p)
     add_mqtt_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
@@ -50,8 +53,9 @@ def serve_command(args) -> int:
     from server.session import SessionLimits
 
     if (args.max_sessions < 1 or args.max_interim_sessions < 0 or args.idle_timeout <= 0 or not 0 <= args.port < 65536
-            or args.cleanup_batch < 1):
-        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0, --cleanup-batch ≥ 1 "
+            or args.cleanup_batch < 1 or args.cleanup_workers < 1):
+        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0, --cleanup-batch ≥ 1, "
+              "--cleanup-workers ≥ 1 "
               "and --port in [0, 65535] required", file=sys.stderr)
         return 2
     try:
@@ -62,7 +66,8 @@ def serve_command(args) -> int:
     print("loading models …", file=sys.stderr, flush=True)
     try:
         pipeline = load_pipeline(ModelOptions(args.llm, args.llm_model, args.llm_base_url, args.device,
-                                              args.llm_quantize, args.asr_model, args.tts_voice, args.cleanup_batch))
+                                              args.llm_quantize, args.asr_model, args.tts_voice, args.cleanup_batch,
+                                              args.cleanup_workers))
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL

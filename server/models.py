@@ -5,8 +5,8 @@
 - Piper (``voice.tts.PiperSynthesizer``): one ONNX voice.
 - The LM (``llm.load_backend``): reply drafts from all sessions queue on the model's lock;
   transcript cleanups go through :class:`BatchingLanguageModel`, which gathers the cleanups
-  waiting at the same moment into one ``cleanup_batch`` call (one forward pass per denoising step
-  for the whole batch) when the backend has one.
+  waiting at the same moment into ``cleanup_batch`` calls (one forward pass per denoising step
+  for the whole batch) when the backend has one, on ``cleanup_workers`` copies of the LM.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -40,27 +39,51 @@ class ModelOptions:
     tts_voice: str | None = None
     cleanup_max_batch: int = 8
     """Cleanups run together at most (1 = one at a time)."""
+    cleanup_workers: int = 2
+    """Cleanup batches run at once, each on its own copy of the LM."""
+
+
+@dataclass
+class _Request:
+    text: str
+    effort: str
+    future: Future
 
 
 class BatchingLanguageModel(LanguageModel):
     """A :class:`LanguageModel` whose cleanups from many sessions are batched.
 
-    ``acleanup`` calls wait in a queue; one worker thread takes everything waiting (up to
-    ``max_batch``, same reasoning effort) and runs ``inner.cleanup_batch`` once. Backends without
-    ``cleanup_batch`` are called one request at a time. Replies go straight to ``inner``.
+    ``acleanup`` calls wait in one queue. Each worker thread takes the oldest waiting request
+    and, of the other waiting requests with the same reasoning effort, the ``max_batch - 1``
+    closest to it in length (fewer pad positions in the batch's canvas), and runs
+    ``cleanup_batch`` on its own model once. Backends without ``cleanup_batch`` are called one
+    request at a time. Replies and cleanup drafts go straight to ``inner``.
+
+    Args:
+        inner: the LM; the first worker's model, and the one replies use.
+        max_batch: most cleanups in one ``cleanup_batch`` call (1 = one at a time).
+        replicas: further copies of the LM, one more worker each. On a CPU two workers of a
+            small model beat one: two batches in flight keep both cores busy through the parts
+            of a forward pass that do not parallelise well (bench/cleanup_load.py).
 
     Attributes:
         batches: sizes of the batches run so far (for tests and the benchmark).
     """
 
-    def __init__(self, inner: LanguageModel, max_batch: int = 8) -> None:
+    def __init__(self, inner: LanguageModel, max_batch: int = 8, replicas: Sequence[LanguageModel] = ()) -> None:
         self.inner = inner
         self.name = inner.name
         self.max_batch = max_batch
+        self.replicas = list(replicas)
         self.batches: list[int] = []
-        self._requests: queue.Queue = queue.Queue()
-        self._worker = threading.Thread(target=self._serve, name="quicksilver-cleanup-batcher", daemon=True)
-        self._worker.start()
+        self._waiting: list[_Request] = []
+        self._ready = threading.Condition()
+        self._workers = [
+            threading.Thread(target=self._serve, args=(model,), name=f"quicksilver-cleanup-{n}", daemon=True)
+            for n, model in enumerate([inner, *self.replicas])
+        ]
+        for worker in self._workers:
+            worker.start()
 
     def cleanup_drafts(self, transcript: str, reasoning_effort: str = "low") -> Iterator[str]:
         return self.inner.cleanup_drafts(transcript, reasoning_effort)
@@ -83,40 +106,47 @@ class BatchingLanguageModel(LanguageModel):
         """
         sampler_settings(reasoning_effort)
         future: Future = Future()
-        self._requests.put((check_text(transcript, "transcript"), reasoning_effort, future))
+        request = _Request(check_text(transcript, "transcript"), reasoning_effort, future)
+        with self._ready:
+            self._waiting.append(request)
+            self._ready.notify()
         return future
 
-    def _serve(self) -> None:
+    def _take_batch(self) -> list[_Request]:
+        """The oldest waiting request and the same-effort requests closest to it in length."""
+        with self._ready:
+            while not self._waiting:
+                self._ready.wait()
+            first = self._waiting[0]
+            others = sorted((r for r in self._waiting[1:] if r.effort == first.effort),
+                            key=lambda r: abs(len(r.text) - len(first.text)))
+            batch = [first, *others[: self.max_batch - 1]]
+            taken = {id(r) for r in batch}
+            self._waiting = [r for r in self._waiting if id(r) not in taken]
+            return batch
+
+    def _serve(self, model: LanguageModel) -> None:
         while True:
-            first = self._requests.get()
-            pending, batch = [], [first]
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._requests.get_nowait()
-                except queue.Empty:
-                    break
-                (batch if item[1] == first[1] else pending).append(item)
-            for item in pending:  # other efforts wait for the next round
-                self._requests.put(item)
-            live = [item for item in batch if item[2].set_running_or_notify_cancel()]
+            live = [r for r in self._take_batch() if r.future.set_running_or_notify_cancel()]
             if not live:
                 continue
             self.batches.append(len(live))
-            texts, effort = [item[0] for item in live], first[1]
+            texts, effort = [r.text for r in live], live[0].effort
             try:
-                if len(live) > 1 and hasattr(self.inner, "cleanup_batch"):
-                    results = self.inner.cleanup_batch(texts, effort)
+                if len(live) > 1 and hasattr(model, "cleanup_batch"):
+                    results = model.cleanup_batch(texts, effort)
                 else:
-                    results = [self.inner.cleanup(text, effort) for text in texts]
+                    results = [model.cleanup(text, effort) for text in texts]
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
-                for item in live:
-                    item[2].set_exception(exc)
+                for r in live:
+                    r.future.set_exception(exc)
                 continue
-            for item, text in zip(live, results):
-                item[2].set_result(text)
+            for r, text in zip(live, results):
+                r.future.set_result(text)
 
     def close(self) -> None:
-        self.inner.close()
+        for model in [self.inner, *self.replicas]:
+            model.close()
 
 
 @functools.lru_cache(maxsize=2)
@@ -132,8 +162,11 @@ def load_pipeline(options: ModelOptions = ModelOptions()):
     config = PipelineConfig(asr=AsrConfig(model=options.asr_model), turn_taking="barge_in")
     recognizer = WhisperRecognizer(config.asr)
     synthesizer = PiperSynthesizer(options.tts_voice)
-    lm = BatchingLanguageModel(llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device,
-                                                quantize=options.llm_quantize),
-                               max_batch=options.cleanup_max_batch)
+    def load_lm():
+        return llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device,
+                                quantize=options.llm_quantize)
+
+    lm = BatchingLanguageModel(load_lm(), max_batch=options.cleanup_max_batch,
+                               replicas=[load_lm() for _ in range(options.cleanup_workers - 1)])
     log.info("models loaded in %.1f s", time.perf_counter() - started)
     return VoicePipeline(lm, synthesizer, recognizer, config)

@@ -131,3 +131,25 @@ def test_block_length_applies_to_medium_and_high_only():
     assert sampler_settings("medium", block_length=8).block_length == 8
     assert sampler_settings("medium").block_length == 32
     assert sampler_settings("low", block_length=8).block_length is None  # one pass, one block
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_vocab_ids_equal_banning_every_other_id(tiny_model_dir, prompt, effort, quantized):
+    """Candidate ids (the projection onto those decoder rows only) decode exactly as the full
+    vocabulary with every other id banned: on a BertForMaskedLM (own head path, float and
+    dynamic-int8) and through the generic ``.logits`` path of any other model."""
+    from llm.model import quantize_int8
+    bert = BertForMaskedLM.from_pretrained(tiny_model_dir).eval()
+    if quantized:
+        bert = quantize_int8(bert)
+    s = sampler_settings(effort)
+    candidates = torch.arange(20, 140, 3)
+    others = sorted(set(range(bert.config.vocab_size)) - set(candidates.tolist()))
+    kwargs = dict(steps=s.steps, block_length=s.block_length, threshold=s.threshold, remasking=s.remasking)
+    for m in (bert, CountingModel(bert)):
+        full, _ = generate(m, prompt, 10, MASK, suppress_ids=others, **kwargs)
+        restricted, _ = generate(m, prompt, 10, MASK, vocab_ids=candidates, **kwargs)
+        assert torch.equal(full, restricted) or quantized  # int8: the restricted head runs in float
+        assert set(restricted[:, 7:].flatten().tolist()) <= set(candidates.tolist())
+        assert torch.equal(restricted[:, :7], prompt)
