@@ -148,8 +148,9 @@ class CanvasTasks:
         ):
             yield render(x)
 
-    def finish_cleanup(self, source: str, output: str) -> str:
-        """The model's ``output`` made safe to return for ``source``.
+    def finish_cleanup(self, source: str, output: str, restore: bool = True) -> str:
+        """The model's ``output`` made safe to return for ``source`` (``restore=False`` skips
+        step 1, for measuring it).
 
         1. :func:`llm.faithful.restore_dropped`: words the model dropped outside a disfluency
            are put back (``for uh for six thirty`` keeps ``six``).
@@ -164,7 +165,9 @@ class CanvasTasks:
         with step 1, 0.167 / 80.9 and 95.8 % kept (the price of the words put back is a few
         reparanda kept where the model was right to drop them).
         """
-        output = collapse_repeats(tidy_punctuation(restore_dropped(source, output)))
+        if restore:
+            output = restore_dropped(source, output)
+        output = collapse_repeats(tidy_punctuation(output))
         output = end_punctuation(output[:1].upper() + output[1:])
         if is_faithful(source, output):
             return output
