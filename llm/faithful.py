@@ -1,9 +1,9 @@
 """Keeping a cleanup faithful to its transcript: the content check and the restoring of dropped words.
 
 :func:`is_faithful` rejects an output that invents a word or loses most of the content.
-:func:`restore_dropped` repairs the subtler loss. A cleanup may delete words only where speech is disfluent: fillers, the reparandum of a
-self-repair (the words before an editing term such as ``no``, ``sorry``, ``I mean``, or before a
-restart of the same phrase), and exact repeats (Shriberg 1994, "Preliminaries to a theory of
+:func:`restore_dropped` repairs the subtler loss. A cleanup may delete words only where speech
+is disfluent: fillers, the reparandum of a self-repair (the words before an editing term such
+as ``no``, ``sorry``, ``I mean``, or before a restart of the same phrase), and exact repeats (Shriberg 1994, "Preliminaries to a theory of
 speech disfluencies": reparandum, interregnum, repair). :func:`restore_dropped` finds the runs of
 input words missing from a model's output (``difflib`` word alignment, case- and
 punctuation-blind) and puts back each run that no disfluency explains, so a content word said
@@ -31,7 +31,7 @@ EDITING_WORDS = {"doh", "oops", "no", "nope", "sorry", "wait", "actually", "rath
                  "instead", "oh", "well", "like"}
 #: Multi-word editing phrases (``I mean``, ``let me say``, ``scratch that`` ...), as word tuples.
 EDITING_PHRASES = [tuple(p.split()) for p in (
-    "i mean", "i meant", "you know", "tell me", "let me say", "let me ask", "let me", "i want to know",
+    "i mean", "i meant", "you know", "tell me", "let me say", "let me ask", "i want to know",
     "i should say", "should say", "better yet", "not that but", "change that to", "make that", "scratch that",
     "hold on", "what in tarnation")]
 #: Words that carry no content of their own: fillers, function words, pronouns.
