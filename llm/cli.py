@@ -47,7 +47,9 @@ def register(sub) -> None:
     """Add the LM commands to the ``quicksilver`` sub-parsers."""
     p = sub.add_parser("cleanup", help="clean up transcripts (fillers, false starts, punctuation, casing)")
     p.add_argument("text", nargs="*", help="transcript words, or '-' to read one transcript per line from stdin")
-    p.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default="low")
+    p.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default="low",
+                   help="sampler effort: low = one forward pass, medium = confidence-threshold steps, "
+                   "high = one token per step (default: %(default)s)")
     add_llm_options(p)
     p.set_defaults(func=run_cleanup)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from llm.rules import QUESTION_STARTS, words_of
+from llm.rules import QUESTION_STARTS, is_literal, words_of
 
 SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 #: Inputs with at least this many content words are checked for dropped content.
@@ -24,8 +24,10 @@ FALLBACK_MIN_CONTENT_WORDS = 4
 #: Fraction of the input's content words the model output must keep.
 FALLBACK_MIN_KEPT = 0.5
 
-#: Fillers: hesitations that may stand alone or inside a repair (``ummm``, ``errr`` match too).
-FILLER_WORDS = {"um", "uh", "er", "erm", "hmm", "mm", "ah", "ugh", "huh"}
+#: Hesitations: never content, removed from any cleanup output (``ummm``, ``errr`` match too).
+HESITATIONS = {"um", "uh", "er", "erm", "hmm", "mm", "ah", "ugh"}
+#: Fillers: hesitations and discourse fillers that may stand alone or inside a repair.
+FILLER_WORDS = HESITATIONS | {"huh", "so"}
 #: Single-word editing terms: the interregnum of a self-repair (``Boston no Chicago``).
 EDITING_WORDS = {"doh", "oops", "no", "nope", "sorry", "wait", "actually", "rather", "or", "correction",
                  "instead", "oh", "well", "like"}
@@ -40,7 +42,7 @@ NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i",
                "or", "rather", "scratch", "that", "make", "it", "is", "to", "of", "and", "in", "for", "at",
                "on", "with", "by", "from", "be", "are", "was", "were", "do", "does", "did", "can", "could",
                "would", "will", "me", "my", "we", "our", "your", "this", "there", "some", "any", "i'm", "i'd"}
-_FILLER_SHAPE = re.compile(r"u+h+|u+m+|e+r+m*|h+m+|a+h+|m+")
+_FILLER_SHAPE = re.compile(r"u+h+m*|u+m+|e+r+m*|h+m+|a+h+|m{2,}")
 
 
 def word_key(word: str) -> str:
@@ -51,6 +53,15 @@ def word_key(word: str) -> str:
 def is_filler(key: str) -> bool:
     """Whether a word key is a filler (:data:`FILLER_WORDS`, or shaped like one: ``ummm``, ``errr``)."""
     return key in FILLER_WORDS or _FILLER_SHAPE.fullmatch(key or "-") is not None
+
+
+def drop_hesitations(text: str) -> str:
+    """``text`` without hesitation words (:data:`HESITATIONS` and their shapes) and without
+    U+FFFD characters (a byte-level BPE piece of a multi-byte character, decoded alone).
+    ``Um, turn on the light`` -> ``turn on the light``."""
+    words = [w for w in text.replace("\ufffd", "").split()
+             if not (word_key(w) in HESITATIONS or _FILLER_SHAPE.fullmatch(word_key(w) or "-"))]
+    return " ".join(words)
 
 
 def editing_mask(keys: list[str]) -> list[bool]:
@@ -77,7 +88,9 @@ def restore_dropped(source: str, output: str) -> str:
     restart: ``for uh for``), or, like the segment's first word, opens a question (``which is
     what is``). Any other segment is inserted back -- its words as written in ``source``,
     fillers left out, trailing punctuation stripped, a first word that repeats the output word
-    before the gap left out -- where the alignment puts it.
+    before the gap left out -- where the alignment puts it. Numbers and spelled letters
+    (:func:`llm.rules.is_literal`) repeat for real (``five five five``), so a repeat or restart
+    never explains their loss; only an editing term does.
 
     Both arguments are plain text; the result is plain text (whitespace normalised).
     """
@@ -87,25 +100,35 @@ def restore_dropped(source: str, output: str) -> str:
     out = output.split()
     out_keys = [word_key(w) for w in out]
     kept = set(out_keys)
-    inserts: list[tuple[int, list[str]]] = []
+    inserts: list[tuple[int, int, list[str]]] = []
     matcher = difflib.SequenceMatcher(None, keys, out_keys, autojunk=False)
     for op, i1, i2, j1, _ in matcher.get_opcodes():
         if op not in ("delete", "replace"):
             continue
         start = max([i + 1 for i in range(i1, i2) if editing[i]], default=i1)
         segment = [k for k in keys[start:i2] if not is_filler(k)]
-        content = [k for k in segment if k and k not in NON_CONTENT]
-        if not content or all(k in kept for k in content):
+        if not segment:
             continue
+        content = [k for k in segment if k not in NON_CONTENT]
+        literal = bool(content) and all(is_literal(k) for k in content)  # digits repeat for real
         after = next((i for i in range(i2, len(keys)) if not is_filler(keys[i])), None)
-        if after is not None and (editing[after] or keys[after] == segment[0] or (
+        if after is not None and (editing[after] or (keys[after] == segment[0] and not literal) or (
                 segment[0] in QUESTION_STARTS and keys[after] in QUESTION_STARTS)):
-            continue
+            continue  # a reparandum: an editing term or a restart follows
+        if content and not literal and all(k in kept for k in content):
+            continue  # a repeat: the content words are still there
+        if not content and [k for k in keys[i2:] if not is_filler(k)][:len(segment)] == segment:
+            continue  # function words said twice
         words = [(w.rstrip(".,?!;:"), k) for w, k in zip(src[start:i2], keys[start:i2]) if not is_filler(k)]
-        if j1 > 0 and words[0][1] == out_keys[j1 - 1]:
+        if j1 > 0 and words[0][1] == out_keys[j1 - 1] and not is_literal(words[0][1]):
             words = words[1:]  # the head of a restart already stands before the gap
-        inserts.append((j1, [w for w, _ in words]))
-    for j, words in reversed(inserts):
+        if words:
+            inserts.append((i1, j1, [w for w, _ in words]))
+    for i, j, words in reversed(inserts):
+        if 0 < i and 0 < j and out[j - 1][-1] in ".?!," and src[i - 1][-1] not in ".?!,":
+            # the model ended a clause where the speaker did not: the mark moves past the words put back
+            words[-1] += out[j - 1][-1]
+            out[j - 1] = out[j - 1][:-1]
         out[j:j] = words
     return " ".join(out)
 

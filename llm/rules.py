@@ -49,7 +49,7 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
         for n in range(min(max_words, (len(words) - i) // 2), 0, -1):
             first, second = keys[i:i + n], keys[i + n:i + 2 * n]
             if first == second and all(first) and words[i + n - 1][-1] not in ".?!,;:" \
-                    and not all(_literal(k) for k in first):
+                    and not all(is_literal(k) for k in first):
                 del words[i:i + n], keys[i:i + n]
                 i = max(0, i - max_words)  # the shorter text may repeat again just before
                 break
@@ -63,7 +63,7 @@ NUMBER_WORDS = {w for n in range(100) for w in number_to_words(n).split()} | {
     "oh", "hundred", "thousand", "double", "triple"}
 
 
-def _literal(key: str) -> bool:
+def is_literal(key: str) -> bool:
     """A number or a spelled letter: a word whose repetition is content, not a disfluency."""
     return key.isdigit() or key in NUMBER_WORDS or (len(key) == 1 and key not in ("a", "i"))
 

@@ -11,7 +11,7 @@ import pytest
 from llm.backend import Turn
 from llm.data import load_disfl_qa
 from llm.rules import rule_cleanup
-from llm.faithful import is_faithful, restore_dropped
+from llm.faithful import drop_hesitations, is_faithful, restore_dropped
 from llm.rules import words_of
 from llm.tasks import FALLBACK_REPLY
 
@@ -132,9 +132,32 @@ def test_faithfulness_check():
     ("play the uh the Beatles", "Play the Beatles.", "Play the Beatles."),
     ("that's all all", "That's all.", "That's all."),
     ("um hello there", "Hello there.", "Hello there."),
+    # numbers repeat for real: a repeat or restart never explains a lost digit
+    ("call five five five one two", "Call five five one two.", "Call five five five one two."),
+    ("my pin is one one two two", "My pin is one one two.", "My pin is one one two two."),
+    ("call five five five one two", "Call five.", "Call five five five one two."),
+    # function words said once come back too
+    ("what's the weather like in uh Paris tomorrow", "What's the weather Paris tomorrow?",
+     "What's the weather in Paris tomorrow?"),
 ])
 def test_restore_dropped(source, output, expected):
     assert restore_dropped(source, output) == expected
+
+
+def test_drop_hesitations():
+    assert drop_hesitations("Um, turn on the uh light ummm number 7.") == "turn on the light number 7."
+    assert drop_hesitations("Je voudrais\ufffd\ufffd un café") == "Je voudrais un café"
+    assert drop_hesitations("I think so, mm-hmm okay") == "I think so, mm-hmm okay"  # not hesitations
+
+
+@pytest.mark.parametrize("transcript, expected", [
+    # found by a new-user check: a kept "um", a digit lost, U+FFFD from a lone byte piece of "é"
+    ("um turn on the uh light number 7", "Turn on the light number 7."),
+    ("call five five five one two three four", "Call five five five one two three four."),
+    ("je voudrais un café s'il vous plaît", "Je voudrais un café s'il vous plaît."),
+])
+def test_cleanup_keeps_digits_and_drops_hesitations(shipped_lm, transcript, expected):
+    assert shipped_lm.cleanup(transcript) == expected
 
 
 @pytest.mark.parametrize("transcript, words", [
