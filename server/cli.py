@@ -5,7 +5,6 @@ Exit codes: 0 stopped, 2 bad command line, 3 a model failed to load, 5 the addre
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys

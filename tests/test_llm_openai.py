@@ -1,7 +1,6 @@
 """OpenAICompatibleLM against a local HTTP server speaking the OpenAI chat-completions
 wire format (SSE streaming) on 127.0.0.1."""
 
-import asyncio
 import json
 import threading
 import time

@@ -7,7 +7,6 @@ A screenshot is saved to ``test-artifacts/browser-client.png``.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -37,7 +37,7 @@ from typing import Literal
 
 from audio.buffer import StreamBuffer
 from audio.frames import PIPELINE_RATE_HZ, AudioFrame
-from audio.vad import EndpointDetector, SpeechEnd, SpeechPause, SpeechStart, VadConfig
+from audio.vad import EndpointDetector, SpeechPause, SpeechStart, VadConfig
 from llm.backend import LanguageModel, LanguageModelError, Turn
 from voice.asr import AsrConfig, StreamingTranscriber, WhisperRecognizer
 from voice.endpointing import reads_as_complete
