@@ -24,8 +24,10 @@ class GatedLM:
         self.entered.set()
         assert self.gate.wait(30), "gate never opened"
         self.seen.append(list(texts))
-        if self.barrier is not None:
-            self.barrier.wait()  # breaks (an error) unless another worker runs a batch at the same time
+        if self.barrier is not None and len(self.seen) == 1:
+            # each worker's first batch: breaks (an error) unless the other worker's first batch
+            # is in flight at the same time
+            self.barrier.wait()
         return self.inner.cleanup_batch(texts, effort)
 
     def cleanup(self, text, effort="low"):
