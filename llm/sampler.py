@@ -159,8 +159,7 @@ def denoising_steps(
     kwargs = dict(model_kwargs or {})
     banned = _banned(mask_id, suppress_ids, device)
     if vocab_ids is not None:
-        vocab_ids = vocab_ids.to(device)
-        banned = torch.nonzero(torch.isin(vocab_ids, banned)).flatten()
+        vocab_ids, banned = _restrict(vocab_ids, banned)
     rows = torch.arange(batch, device=device)
 
     passes = 0
@@ -231,6 +230,12 @@ def canvas_logits(model: torch.nn.Module, x: torch.Tensor, model_kwargs: dict, p
     return logits if vocab_ids is None else logits[..., vocab_ids]
 
 
+def _restrict(vocab_ids: torch.Tensor, banned: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``vocab_ids`` on ``banned``'s device, and the banned ids as positions in ``vocab_ids``."""
+    vocab_ids = vocab_ids.to(banned.device)
+    return vocab_ids, torch.nonzero(torch.isin(vocab_ids, banned)).flatten()
+
+
 def _decoder_weights(model: BertForMaskedLM) -> tuple[torch.Tensor, torch.Tensor]:
     """Float weight ``(vocab, hidden)`` and bias ``(vocab,)`` of the MLM decoder (dequantized
     once when the model is dynamic-int8; cached on the model)."""
@@ -261,8 +266,7 @@ def _fill_remaining(model, x, mask_id, kwargs, banned, prompt_length, passes, lo
     if not masked.any():
         return x, passes
     if vocab_ids is not None:
-        vocab_ids = vocab_ids.to(x.device)
-        banned = torch.nonzero(torch.isin(vocab_ids, banned)).flatten()
+        vocab_ids, banned = _restrict(vocab_ids, banned)
     with torch.no_grad():
         prediction = _predict(model, x, kwargs, prompt_length, banned, logits_hook, vocab_ids).argmax(dim=-1)
     if vocab_ids is not None:
