@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from llm.rules import QUESTION_STARTS, is_literal, words_of
+from llm.rules import QUESTION_STARTS, is_literal, word_key, words_of
 
 SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 #: Inputs with at least this many content words are checked for dropped content.
@@ -43,11 +43,6 @@ NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i",
                "on", "with", "by", "from", "be", "are", "was", "were", "do", "does", "did", "can", "could",
                "would", "will", "me", "my", "we", "our", "your", "this", "there", "some", "any", "i'm", "i'd"}
 _FILLER_SHAPE = re.compile(r"u+h+m*|u+m+|e+r+m*|h+m+|a+h+|m{2,}")
-
-
-def word_key(word: str) -> str:
-    """``word`` lowercased without punctuation (apostrophes kept): the form words compare in."""
-    return re.sub(r"[^\w']", "", word.lower())
 
 
 def is_filler(key: str) -> bool:
@@ -80,7 +75,7 @@ def restore_dropped(source: str, output: str) -> str:
     """``output`` with every run of ``source`` words it dropped outside a disfluency put back.
 
     Word alignment of ``source`` and ``output`` by ``difflib.SequenceMatcher`` on
-    :func:`word_key` forms. Of each dropped run only its last segment counts (the words after
+    :func:`llm.rules.word_key` forms. Of each dropped run only its last segment counts (the words after
     the run's last editing term; what comes before an editing term is a reparandum). That
     segment is a licensed deletion when it holds no content word (:data:`NON_CONTENT`), when
     each of its content words is still in ``output`` (a repeat), or when the next ``source``

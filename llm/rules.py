@@ -43,7 +43,7 @@ def collapse_repeats(text: str, max_words: int = 4) -> str:
     Nothing else changes (whitespace is normalised). Longest runs first, repeated to a fixpoint.
     """
     words = text.split()
-    keys = [re.sub(r"[^\w']", "", w.lower()) for w in words]
+    keys = [word_key(w) for w in words]
     i = 0
     while i < len(words):
         for n in range(min(max_words, (len(words) - i) // 2), 0, -1):
@@ -83,6 +83,11 @@ def end_punctuation(text: str) -> str:
         return text
     first = re.sub(r"\W", "", text.split()[0].lower())
     return text + ("?" if first in QUESTION_STARTS else ".")
+
+
+def word_key(word: str) -> str:
+    """``word`` lowercased without punctuation (apostrophes kept): the form words compare in."""
+    return re.sub(r"[^\w']", "", word.lower())
 
 
 def words_of(text: str) -> list[str]:

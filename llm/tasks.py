@@ -118,12 +118,10 @@ class CanvasTasks:
         # constrained decoding: the union of the texts' allowed ids is the candidate vocabulary
         # (only those rows of the output projection are computed), and each chunk may use
         # only its own text's ids among them
-        per_text = [self.allowed_output_ids(text) for text in texts]
-        vocab_ids = torch.tensor(sorted(set().union(*per_text)), dtype=torch.long, device=prompt.device)
-        allowed = torch.zeros(len(texts), len(self.tok), dtype=torch.bool, device=prompt.device)
-        for index, ids in enumerate(per_text):
-            allowed[index, ids] = True
-        banned = ~allowed[:, vocab_ids][torch.tensor(owner, device=prompt.device), None, :]
+        per_text = [torch.tensor(self.allowed_output_ids(text), device=prompt.device) for text in texts]
+        vocab_ids = torch.unique(torch.cat(per_text))  # sorted
+        allowed = torch.stack([torch.isin(vocab_ids, ids) for ids in per_text])
+        banned = ~allowed[torch.tensor(owner, device=prompt.device), None, :]
 
         def constrain(logits: torch.Tensor) -> None:
             # output slots may only keep, delete, re-case an input word or add punctuation

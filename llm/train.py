@@ -262,7 +262,6 @@ def train(cfg: TrainConfig) -> Path:
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
 
-
     def lr_at(step):
         if step < cfg.warmup_steps:
             return cfg.lr * (step + 1) / cfg.warmup_steps

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from audio.frames import PIPELINE_RATE_HZ, int16_to_float32
+from llm.rules import word_key
 from voice.metrics import normalize_transcript
 
 
@@ -282,10 +283,6 @@ def instability_reason(hyp: Hypothesis, second: Hypothesis, config: AsrConfig = 
     return None
 
 
-def _comparable(word: str) -> str:
-    return re.sub(r"[^\w']", "", word.lower())
-
-
 @dataclass
 class LocalAgreement:
     """LocalAgreement-2 over successive hypotheses of one growing utterance.
@@ -301,7 +298,7 @@ class LocalAgreement:
         """Feed the newest hypothesis (words); return the words newly committed."""
         agreed = 0
         for a, b in zip(self._previous, words):
-            if _comparable(a) != _comparable(b):
+            if word_key(a) != word_key(b):
                 break
             agreed += 1
         self._previous = list(words)
