@@ -2,8 +2,9 @@
 concurrencies, batched on the shared LM versus one request at a time.
 
 Each mode is a server in its own process (``quicksilver serve --port 0 --cleanup-batch N
---cleanup-workers W``: batched, the default, N = 8 and W = 2; batched on one worker, W = 1; one at a
-time, N = 1 and W = 1); all run at once and each level is measured on one, then at
+--cleanup-workers W --cleanup-worker K``: batched, the default, N = 8 on W = 2 worker processes;
+batched on two threads of the server's process, the default before worker processes; one at a
+time, N = 1 on one thread); all run at once and each level is measured on one, then at
 once on the other, so a machine shared with other work loads both about alike (the load average
 is recorded with each level). For each concurrency C, C clients on loopback each
 hold one ``/cleanup`` connection and one request in flight (the next is sent when the answer
@@ -36,8 +37,9 @@ from llm.data import load_disfl_qa  # noqa: E402
 from load import ServerProcess, percentile  # noqa: E402
 
 TARGET_RPS_AT_32 = 200
-MODES = {"batched": (8, 2), "batched_1_worker": (8, 1), "one_at_a_time": (1, 1)}
-"""Mode → ``(--cleanup-batch, --cleanup-workers)`` of the server; ``batched`` is the default."""
+MODES = {"batched": (8, 2, "process"), "batched_threads": (8, 2, "thread"), "one_at_a_time": (1, 1, "thread")}
+"""Mode → ``(--cleanup-batch, --cleanup-workers, --cleanup-worker)`` of the server; ``batched`` is
+the default on a CPU."""
 
 
 async def run_level(port: int, concurrency: int, requests: int, inputs: list[str]) -> dict:
@@ -89,13 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [pair.disfluent for pair in load_disfl_qa("dev")]
     results = {"inputs": "Disfl-QA dev (disfluent questions, file order)", "cpu_count": os.cpu_count(),
                "target": f">= {TARGET_RPS_AT_32} requests/s at concurrency 32 (batched)",
-               "modes": {mode: {"cleanup_batch": MODES[mode][0], "cleanup_workers": MODES[mode][1], "levels": []}
+               "modes": {mode: {"cleanup_batch": MODES[mode][0], "cleanup_workers": MODES[mode][1],
+                                "cleanup_worker": MODES[mode][2], "levels": []}
                          for mode in args.modes}}
     servers = {}
     try:
         for mode in args.modes:
-            batch, workers = MODES[mode]
-            servers[mode] = ServerProcess(["--cleanup-batch", str(batch), "--cleanup-workers", str(workers)])
+            batch, workers, kind = MODES[mode]
+            servers[mode] = ServerProcess(["--cleanup-batch", str(batch), "--cleanup-workers", str(workers),
+                                           "--cleanup-worker", kind])
         for concurrency in args.concurrency:
             for mode, server in servers.items():
                 asyncio.run(run_level(server.port, concurrency, args.warmup, inputs))

@@ -164,6 +164,7 @@ def load_backend(
     api_key: str | None = None,
     timeout_s: float = 30.0,
     quantize: str = "auto",
+    runtime: str = "torch",
 ) -> LanguageModel:
     """Create the backend chosen by the ``--llm``/``--llm-model``/``--llm-base-url`` flags.
 
@@ -176,6 +177,8 @@ def load_backend(
         device: ``"cpu"`` or ``"cuda"``; ``None`` picks CUDA when available.
         quantize: ``"auto"``, ``"none"`` or ``"int8"`` (local only; see
             :func:`llm.model.load_diffusion_model`).
+        runtime: ``"torch"`` or ``"onnxruntime"`` (local int8 only; see
+            :func:`llm.model.load_diffusion_model`).
 
     Raises:
         ValueError: unknown ``kind``.
@@ -183,7 +186,7 @@ def load_backend(
     if kind == "local":
         from llm.local import LocalDiffusionLM
 
-        return LocalDiffusionLM.from_pretrained(model, device=device, quantize=quantize)
+        return LocalDiffusionLM.from_pretrained(model, device=device, quantize=quantize, runtime=runtime)
     if kind == "openai":
         from llm.openai_compat import OpenAICompatibleLM
 

@@ -32,10 +32,11 @@ class LocalDiffusionLM(LanguageModel):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path | None = None, device: str | None = None,
-                        trust_remote_code: bool = False, quantize: str = "auto") -> "LocalDiffusionLM":
+                        trust_remote_code: bool = False, quantize: str = "auto",
+                        runtime: str = "torch") -> "LocalDiffusionLM":
         """Load from a folder or hub id (``None``: the shipped checkpoint); see :func:`load_diffusion_model`."""
         return cls(load_diffusion_model(name_or_path, device=device, trust_remote_code=trust_remote_code,
-                                        quantize=quantize))
+                                        quantize=quantize, runtime=runtime))
 
     def cleanup_drafts(self, transcript: str, reasoning_effort: str = "low") -> Iterator[str]:
         """Drafts of the cleaned transcript, one per denoising step (see :class:`llm.tasks.CanvasTasks`)."""

@@ -33,6 +33,8 @@ QUICKSILVER_FORMAT = "quicksilver-canvas-v1"
 KNOWN_MASK_IDS = {"llada": 126336, "dream": 151666}
 #: Values of the ``quantize`` option of :func:`load_diffusion_model`.
 QUANTIZE_CHOICES = ("auto", "none", "int8")
+#: Values of the ``runtime`` option of :func:`load_diffusion_model`.
+RUNTIME_CHOICES = ("torch", "onnxruntime", "auto")
 
 
 def quicksilver_config(vocab_size: int, hidden: int = 256, layers: int = 6, heads: int = 4,
@@ -71,6 +73,7 @@ class LoadedModel:
     max_positions: int
     source: str
     quantized: str = "none"
+    runtime: str = "torch"
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -104,6 +107,7 @@ def load_diffusion_model(
     trust_remote_code: bool = False,
     mask_id: int | None = None,
     quantize: str = "auto",
+    runtime: str = "torch",
 ) -> LoadedModel:
     """Load a masked-diffusion LM and its tokenizer.
 
@@ -117,14 +121,23 @@ def load_diffusion_model(
             per output channel, activations quantized per batch at run time; PyTorch
             ``quantize_dynamic``, CPU only); ``"none"``; ``"auto"`` (default): ``int8`` for a
             float32 Quicksilver checkpoint on the CPU, else ``none`` (see :func:`quantize_int8`).
+        runtime: ``"torch"`` (default) or ``"onnxruntime"``: with int8, the transformer runs
+            on ONNX Runtime (:func:`llm.onnx_encoder.onnx_int8_encoder`; Quicksilver checkpoints
+            only). Single-threaded, as in the server's cleanup worker processes, it cleans
+            Disfl-QA dev 1.46x faster than PyTorch's int8 at the same WER (0.1707) and BLEU
+            (80.60 vs 80.61); on two threads the two are within 3 %. ``"auto"``: ``onnxruntime``
+            for an int8 Quicksilver checkpoint when PyTorch runs on one thread, else ``torch``.
 
     Raises:
         FileNotFoundError: a local path that does not exist.
-        ValueError: no mask token id can be determined; unknown ``quantize``; ``int8`` on CUDA.
+        ValueError: no mask token id can be determined; unknown ``quantize`` or ``runtime``;
+            ``int8`` on CUDA; ``onnxruntime`` without int8 or for a model other than a Quicksilver checkpoint.
         OSError: ``transformers`` could not load the model (message names the source).
     """
     if quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"unknown quantize {quantize!r}; expected one of {', '.join(QUANTIZE_CHOICES)}")
+    if runtime not in RUNTIME_CHOICES:
+        raise ValueError(f"unknown runtime {runtime!r}; expected one of {', '.join(RUNTIME_CHOICES)}")
     source = str(name_or_path or DEFAULT_CHECKPOINT)
     path = Path(source)
     looks_local = path.is_absolute() or source.startswith((".", "~")) or path.exists()
@@ -160,13 +173,26 @@ def load_diffusion_model(
     if quantize == "auto":
         cpu_fp32 = torch_device.type == "cpu" and torch_dtype == torch.float32
         quantize = "int8" if cpu_fp32 and layout == "quicksilver" else "none"
+    if runtime == "auto":
+        single = torch.get_num_threads() == 1
+        runtime = "onnxruntime" if quantize == "int8" and layout == "quicksilver" and single else "torch"
+    if runtime == "onnxruntime" and (quantize != "int8" or layout != "quicksilver"):
+        raise ValueError("runtime='onnxruntime' runs Quicksilver checkpoints in int8 on the CPU only "
+                         f"(this load: {layout} layout, quantize {quantize!r}, device {torch_device.type})")
     if quantize == "int8":
         if torch_device.type != "cpu":
             raise ValueError("quantize='int8' (dynamic int8) runs on the CPU only; use device='cpu' or quantize='none'")
+        encoder = None
+        if runtime == "onnxruntime":
+            from llm.onnx_encoder import onnx_int8_encoder
+
+            encoder = onnx_int8_encoder(model)
         model = quantize_int8(model)
-    log.info("loaded %s (%s layout, mask id %d) on %s as %s, quantized %s",
-             source, layout, mask_id, torch_device, torch_dtype, quantize)
-    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize)
+        if encoder is not None:
+            model.bert = encoder
+    log.info("loaded %s (%s layout, mask id %d) on %s as %s, quantized %s, runtime %s",
+             source, layout, mask_id, torch_device, torch_dtype, quantize, runtime)
+    return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize, runtime)
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:

@@ -17,6 +17,8 @@ EXIT_ADDRESS = 5
 
 def register(subparsers) -> None:
     """Add the ``serve`` command to the ``quicksilver`` parser."""
+    from server.models import CLEANUP_WORKER_CHOICES
+
     p = subparsers.add_parser(
         "serve", help="run the websocket voice server and browser client",
         description="Serve voice sessions over websockets (/ws, protocol in docs/protocol.md) and the "
@@ -39,6 +41,9 @@ def register(subparsers) -> None:
     p.add_argument("--cleanup-workers", type=int, default=2, metavar="N",
                    help="run up to N cleanup batches at once, each on its own copy of the LM "
                    "(default: %(default)s)")
+    p.add_argument("--cleanup-worker", choices=CLEANUP_WORKER_CHOICES, default="auto",
+                   help="where those copies run: a process each, or threads of the server's process "
+                   "(default: auto = processes for the local LM on the CPU)")
     add_llm_options(p)
     add_mqtt_options(p)
     p.add_argument("--asr-model", help="Whisper CTranslate2 folder or size name (default: bundled tiny.en)")
@@ -66,7 +71,7 @@ def serve_command(args) -> int:
     try:
         pipeline = load_pipeline(ModelOptions(args.llm, args.llm_model, args.llm_base_url, args.device,
                                               args.llm_quantize, args.asr_model, args.tts_voice, args.cleanup_batch,
-                                              args.cleanup_workers))
+                                              args.cleanup_workers, args.cleanup_worker))
     except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
         print(f"error: a model failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL

@@ -6,7 +6,8 @@
 - The LM (``llm.load_backend``): reply drafts from all sessions queue on the model's lock;
   transcript cleanups go through :class:`BatchingLanguageModel`, which gathers the cleanups
   waiting at the same moment into ``cleanup_batch`` calls (one forward pass per denoising step
-  for the whole batch) when the backend has one, on ``cleanup_workers`` copies of the LM.
+  for the whole batch) when the backend has one, on ``cleanup_workers`` copies of the LM (on the
+  CPU each in its own process: :mod:`server.workers`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from llm.backend import LanguageModel, Turn, check_text
 from llm.effort import sampler_settings
+from server.workers import CleanupProcess
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,14 @@ class ModelOptions:
     """Cleanups run together at most (1 = one at a time)."""
     cleanup_workers: int = 2
     """Cleanup batches run at once, each on its own copy of the LM."""
+    cleanup_worker: str = "auto"
+    """Where cleanup workers run: ``"process"`` (a :class:`server.workers.CleanupProcess` each),
+    ``"thread"`` (copies of the LM in this process), or ``"auto"``: processes for the local LM on
+    the CPU, threads otherwise (a remote API, a GPU)."""
+
+
+#: Values of :attr:`ModelOptions.cleanup_worker`.
+CLEANUP_WORKER_CHOICES = ("auto", "process", "thread")
 
 
 @dataclass
@@ -53,37 +64,37 @@ class _Request:
 class BatchingLanguageModel(LanguageModel):
     """A :class:`LanguageModel` whose cleanups from many sessions are batched.
 
-    ``acleanup`` calls wait in one queue. Each worker thread takes the oldest waiting request
-    and, of the other waiting requests with the same reasoning effort, the ``max_batch - 1``
-    closest to it in length (fewer pad positions in the batch's canvas), and runs
-    ``cleanup_batch`` on its own model once. Backends without ``cleanup_batch`` are called one
+    ``acleanup`` calls wait in one queue. One thread per model of ``workers`` takes the oldest
+    waiting request and, of the other waiting requests with the same reasoning effort, the
+    ``max_batch - 1`` closest to it in length (fewer pad positions in the batch's canvas), and
+    runs ``cleanup_batch`` on its model once. Models without ``cleanup_batch`` are called one
     request at a time. Replies and cleanup drafts go straight to ``inner``.
 
     Args:
-        inner: the LM; the first worker's model, and the one replies use.
+        inner: the LM replies and drafts use.
         max_batch: most cleanups in one ``cleanup_batch`` call (1 = one at a time).
-        replicas: further copies of the LM, one more worker each. On a CPU two workers of a
-            small model beat one: two batches in flight keep both cores busy through the parts
-            of a forward pass that do not parallelise well (bench/cleanup_load.py).
+        workers: the models that run cleanup batches, one batch in flight each (default:
+            ``inner`` alone). On a CPU, :class:`server.workers.CleanupProcess` copies of the LM
+            (one per core) beat threads sharing one process (bench/cleanup_load.py).
 
     Attributes:
         batches: sizes of the batches run so far (for tests and the benchmark).
     """
 
-    def __init__(self, inner: LanguageModel, max_batch: int = 8, replicas: Sequence[LanguageModel] = ()) -> None:
+    def __init__(self, inner: LanguageModel, max_batch: int = 8, workers: Sequence[LanguageModel] | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.max_batch = max_batch
-        self.replicas = list(replicas)
+        self.workers = list(workers) if workers else [inner]
         self.batches: list[int] = []
         self._waiting: list[_Request] = []
         self._ready = threading.Condition()
-        self._workers = [
+        self._threads = [
             threading.Thread(target=self._serve, args=(model,), name=f"quicksilver-cleanup-{n}", daemon=True)
-            for n, model in enumerate([inner, *self.replicas])
+            for n, model in enumerate(self.workers)
         ]
-        for worker in self._workers:
-            worker.start()
+        for thread in self._threads:
+            thread.start()
 
     def cleanup_drafts(self, transcript: str, reasoning_effort: str = "low") -> Iterator[str]:
         return self.inner.cleanup_drafts(transcript, reasoning_effort)
@@ -145,7 +156,7 @@ class BatchingLanguageModel(LanguageModel):
                 r.future.set_result(text)
 
     def close(self) -> None:
-        for model in [self.inner, *self.replicas]:
+        for model in [self.inner, *(w for w in self.workers if w is not self.inner)]:
             model.close()
 
 
@@ -159,14 +170,51 @@ def load_pipeline(options: ModelOptions = ModelOptions()):
     from voice.tts import PiperSynthesizer
 
     started = time.perf_counter()
-    config = PipelineConfig(asr=AsrConfig(model=options.asr_model), turn_taking="barge_in")
-    recognizer = WhisperRecognizer(config.asr)
-    synthesizer = PiperSynthesizer(options.tts_voice)
-    def load_lm():
-        return llm.load_backend(options.llm, options.llm_model, options.llm_base_url, options.device,
-                                quantize=options.llm_quantize)
-
-    lm = BatchingLanguageModel(load_lm(), max_batch=options.cleanup_max_batch,
-                               replicas=[load_lm() for _ in range(options.cleanup_workers - 1)])
-    log.info("models loaded in %.1f s", time.perf_counter() - started)
+    load_kwargs = {"kind": options.llm, "model": options.llm_model, "base_url": options.llm_base_url,
+                   "device": options.device, "quantize": options.llm_quantize}
+    # worker processes load their LMs while this process loads Whisper, Piper and its own LM
+    processes = cleanup_processes(options, load_kwargs)
+    try:
+        config = PipelineConfig(asr=AsrConfig(model=options.asr_model), turn_taking="barge_in")
+        recognizer = WhisperRecognizer(config.asr)
+        synthesizer = PiperSynthesizer(options.tts_voice)
+        inner = llm.load_backend(**load_kwargs)
+        for process in processes:
+            process.wait_ready()
+    except BaseException:
+        for process in processes:
+            process.close()
+        raise
+    workers = processes or [inner, *(llm.load_backend(**load_kwargs) for _ in range(options.cleanup_workers - 1))]
+    lm = BatchingLanguageModel(inner, max_batch=options.cleanup_max_batch, workers=workers)
+    log.info("models loaded in %.1f s (%d cleanup workers, %s)", time.perf_counter() - started,
+             len(workers), "processes" if processes else "threads")
     return VoicePipeline(lm, synthesizer, recognizer, config)
+
+
+def cleanup_processes(options: ModelOptions, load_kwargs: dict) -> list:
+    """The :class:`server.workers.CleanupProcess` workers ``options`` asks for (started, still
+    loading), or ``[]`` where cleanups run on threads.
+
+    ``"auto"`` picks processes for the local LM on the CPU; each gets
+    ``cpu_count // cleanup_workers`` PyTorch threads (at least one) and loads the LM with
+    ``runtime="auto"`` (one thread: the int8 transformer on ONNX Runtime, 1.46x faster; see
+    :func:`llm.model.load_diffusion_model`).
+
+    Raises:
+        ValueError: unknown ``cleanup_worker``, or ``cleanup_workers < 1``.
+    """
+    if options.cleanup_worker not in CLEANUP_WORKER_CHOICES:
+        raise ValueError(f"unknown cleanup worker {options.cleanup_worker!r}; expected one of "
+                         f"{', '.join(CLEANUP_WORKER_CHOICES)}")
+    if options.cleanup_workers < 1:
+        raise ValueError("cleanup_workers must be >= 1")
+    use = options.cleanup_worker
+    if use == "auto":
+        use = "process" if options.llm == "local" and (options.device or "cpu") == "cpu" else "thread"
+    if use == "thread":
+        return []
+    threads = max(1, (os.cpu_count() or 1) // options.cleanup_workers)
+    load_kwargs = {**load_kwargs, "runtime": "auto"}  # one thread each: ONNX Runtime int8
+    return [CleanupProcess(load_kwargs, threads=threads, name=f"quicksilver-cleanup-{n}")
+            for n in range(options.cleanup_workers)]

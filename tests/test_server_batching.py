@@ -62,7 +62,7 @@ def test_two_workers_run_batches_at_once(shipped_lm):
     gate, barrier = threading.Event(), threading.Barrier(2, timeout=30)
     replica = GatedLM(LocalDiffusionLM(shipped_lm.loaded), gate, barrier)
     first = GatedLM(shipped_lm, gate, barrier)
-    batching = BatchingLanguageModel(first, max_batch=2, replicas=[replica])
+    batching = BatchingLanguageModel(first, max_batch=2, workers=[first, replica])
     texts = ["um book a table for two", "uh call mom", "play uh jazz please", "turn um the lights off"]
     futures = [batching.submit_cleanup(text) for text in texts]
     gate.set()
