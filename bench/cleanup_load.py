@@ -2,8 +2,8 @@
 concurrencies, batched on the shared LM versus one request at a time.
 
 Each mode is a server in its own process (``quicksilver serve --port 0 --cleanup-batch N
---cleanup-workers W --cleanup-worker K``: batched, the default, N = 8 on W = 2 worker processes;
-batched on two threads of the server's process, the default before worker processes; one at a
+--cleanup-workers W --cleanup-worker K``: batched, the default, N = 4 on W = 2 worker processes;
+N = 8 on two threads of the server's process, the default before worker processes; one at a
 time, N = 1 on one thread); all run at once and each level is measured on one, then at
 once on the other, so a machine shared with other work loads both about alike (the load average
 is recorded with each level). For each concurrency C, C clients on loopback each
@@ -37,7 +37,7 @@ from llm.data import load_disfl_qa  # noqa: E402
 from load import ServerProcess, percentile  # noqa: E402
 
 TARGET_RPS_AT_32 = 200
-MODES = {"batched": (8, 2, "process"), "batched_threads": (8, 2, "thread"), "one_at_a_time": (1, 1, "thread")}
+MODES = {"batched": (4, 2, "process"), "batched_threads": (8, 2, "thread"), "one_at_a_time": (1, 1, "thread")}
 """Mode → ``(--cleanup-batch, --cleanup-workers, --cleanup-worker)`` of the server; ``batched`` is
 the default on a CPU."""
 

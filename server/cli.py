@@ -35,7 +35,7 @@ def register(subparsers) -> None:
                    help="shared secret required on /ws and /metrics (default: $QUICKSILVER_TOKEN)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="accept websocket connections from this browser origin too (repeatable)")
-    p.add_argument("--cleanup-batch", type=int, default=8, metavar="N",
+    p.add_argument("--cleanup-batch", type=int, default=4, metavar="N",
                    help="run at most N waiting cleanups as one batch on the LM (1 = one at a time; "
                    "default: %(default)s)")
     p.add_argument("--cleanup-workers", type=int, default=2, metavar="N",
