@@ -213,7 +213,10 @@ def cleanup_processes(options: ModelOptions, load_kwargs: dict) -> list:
         raise ValueError("cleanup_workers must be >= 1")
     use = options.cleanup_worker
     if use == "auto":
-        use = "process" if options.llm == "local" and (options.device or "cpu") == "cpu" else "thread"
+        from llm.model import pick_device
+
+        on_cpu = options.llm == "local" and pick_device(options.device).type == "cpu"
+        use = "process" if on_cpu else "thread"
     if use == "thread":
         return []
     threads = max(1, (os.cpu_count() or 1) // options.cleanup_workers)
