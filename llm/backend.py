@@ -30,6 +30,19 @@ class Turn(NamedTuple):
     text: str
 
 
+def lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate (U+D800..U+DFFF) in ``text``, or ``None``.
+
+    Python strings decoded from JSON escapes may hold them; they cannot be encoded as UTF-8
+    (tokenizers reject them).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def check_text(text: str, what: str = "text") -> str:
     """Validate an input text and return it stripped of surrounding whitespace.
 
@@ -37,10 +50,15 @@ def check_text(text: str, what: str = "text") -> str:
 
     Raises:
         TypeError: ``text`` is not a ``str``.
-        ValueError: ``text`` is empty or whitespace only.
+        ValueError: ``text`` is empty or whitespace only, or holds a lone surrogate (not
+            encodable as UTF-8, e.g. from JSON ``"\\udc80"``).
     """
     if not isinstance(text, str):
         raise TypeError(f"{what} must be str, not {type(text).__name__}")
+    surrogate = lone_surrogate(text)
+    if surrogate is not None:
+        raise ValueError(f"{what} holds a lone surrogate (U+{ord(text[surrogate]):04X}) at character "
+                         f"{surrogate}: not valid Unicode")
     cleaned = "".join(" " if (ord(c) < 32 and c not in "\t\n") or ord(c) == 127 else c for c in text)
     cleaned = " ".join(cleaned.split())
     if not cleaned:

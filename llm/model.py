@@ -126,7 +126,8 @@ def load_diffusion_model(
             only). Single-threaded, as in the server's cleanup worker processes, it cleans
             Disfl-QA dev 1.46x faster than PyTorch's int8 at the same WER (0.1707) and BLEU
             (80.60 vs 80.61); on two threads the two are within 3 %. ``"auto"``: ``onnxruntime``
-            for an int8 Quicksilver checkpoint when PyTorch runs on one thread, else ``torch``.
+            for an int8 Quicksilver checkpoint when PyTorch runs on one thread, else ``torch``
+            (and ``torch`` when ONNX Runtime fails, with a warning).
 
     Raises:
         FileNotFoundError: a local path that does not exist.
@@ -173,7 +174,8 @@ def load_diffusion_model(
     if quantize == "auto":
         cpu_fp32 = torch_device.type == "cpu" and torch_dtype == torch.float32
         quantize = "int8" if cpu_fp32 and layout == "quicksilver" else "none"
-    if runtime == "auto":
+    chosen = runtime == "auto"
+    if chosen:
         single = torch.get_num_threads() == 1
         runtime = "onnxruntime" if quantize == "int8" and layout == "quicksilver" and single else "torch"
     if runtime == "onnxruntime" and (quantize != "int8" or layout != "quicksilver"):
@@ -184,9 +186,15 @@ def load_diffusion_model(
             raise ValueError("quantize='int8' (dynamic int8) runs on the CPU only; use device='cpu' or quantize='none'")
         encoder = None
         if runtime == "onnxruntime":
-            from llm.onnx_encoder import onnx_int8_encoder
+            try:
+                from llm.onnx_encoder import onnx_int8_encoder
 
-            encoder = onnx_int8_encoder(model)
+                encoder = onnx_int8_encoder(model)
+            except Exception as exc:  # noqa: BLE001 - "auto" falls back to PyTorch
+                if not chosen:
+                    raise
+                log.warning("ONNX Runtime could not run the LM (%s: %s); using PyTorch int8", type(exc).__name__, exc)
+                runtime = "torch"
         model = quantize_int8(model)
         if encoder is not None:
             model.bert = encoder

@@ -122,6 +122,10 @@ def onnx_int8_encoder(model: torch.nn.Module, cache_dir: Path = CACHE_DIR, threa
     """An :class:`OnnxEncoder` for the float32 ``BertForMaskedLM`` ``model``'s ``model.bert``,
     exported and quantized on first use (about 3 s) and read from ``cache_dir`` afterwards.
 
+    A cached file that ONNX Runtime cannot read (truncated, corrupt) is exported again; a
+    ``cache_dir`` that cannot be written is skipped (the export goes to a temporary folder,
+    every time).
+
     Raises:
         TypeError: ``model`` has no float ``bert`` encoder.
         ImportError: ``onnxruntime`` or ``onnx`` is not installed.
@@ -130,7 +134,19 @@ def onnx_int8_encoder(model: torch.nn.Module, cache_dir: Path = CACHE_DIR, threa
     if bert is None or not any(p.is_floating_point() for p in bert.parameters()):
         raise TypeError("onnxruntime int8 needs a float BertForMaskedLM (the Quicksilver checkpoint)")
     path = Path(cache_dir) / f"encoder-{weights_key(bert)}-int8.onnx"
-    if not path.exists():
-        log.info("exporting the LM's encoder to ONNX int8: %s", path)
+    try:
+        if not path.exists():
+            log.info("exporting the LM's encoder to ONNX int8: %s", path)
+            export_int8(bert, path)
+    except OSError as exc:
+        log.warning("cannot write the ONNX cache %s (%s); exporting to a temporary folder", cache_dir, exc)
+        with tempfile.TemporaryDirectory() as tmp:
+            export_int8(bert, Path(tmp) / path.name)
+            return OnnxEncoder(Path(tmp) / path.name, threads)  # the session holds the model in memory
+    try:
+        return OnnxEncoder(path, threads)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        log.warning("the cached ONNX encoder %s is unreadable (%s); exporting it again", path, exc)
+        path.unlink(missing_ok=True)
         export_int8(bert, path)
-    return OnnxEncoder(path, threads)
+        return OnnxEncoder(path, threads)

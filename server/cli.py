@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 
 from llm.cli import EXIT_MODEL, add_llm_options
@@ -83,6 +84,9 @@ def serve_command(args) -> int:
     async def main() -> None:
         server = VoiceServer(pipeline, config)
         await server.start()
+        # SIGTERM (a service manager's stop) ends the server as Ctrl-C does: connections get a
+        # close frame (1001 going away) before the process exits
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         print(f"serving on http://{args.host}:{server.port}/ (websocket: ws://{args.host}:{server.port}/ws, "
               f"cleanup: ws://{args.host}:{server.port}/cleanup)", file=sys.stderr, flush=True)
         if mqtt is not None:
@@ -92,6 +96,8 @@ def serve_command(args) -> int:
 
     try:
         asyncio.run(main())
+    except asyncio.CancelledError:
+        print("stopped (SIGTERM)", file=sys.stderr)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_ADDRESS

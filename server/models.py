@@ -70,7 +70,10 @@ class BatchingLanguageModel(LanguageModel):
     waiting request and, of the other waiting requests with the same reasoning effort, the
     ``max_batch - 1`` closest to it in length (fewer pad positions in the batch's canvas), and
     runs ``cleanup_batch`` on its model once. Models without ``cleanup_batch`` are called one
-    request at a time. Replies and cleanup drafts go straight to ``inner``.
+    request at a time. A batch that raises runs again one request at a time, so only the
+    requests that fail alone get an error (a poisoned text, or a worker process that died:
+    :class:`server.workers.CleanupProcess` restarts it). Replies and cleanup drafts go straight
+    to ``inner``.
 
     Args:
         inner: the LM replies and drafts use.
@@ -144,18 +147,30 @@ class BatchingLanguageModel(LanguageModel):
             if not live:
                 continue
             self.batches.append(len(live))
-            texts, effort = [r.text for r in live], live[0].effort
             try:
-                if len(live) > 1 and hasattr(model, "cleanup_batch"):
-                    results = model.cleanup_batch(texts, effort)
-                else:
-                    results = [model.cleanup(text, effort) for text in texts]
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                results = self._run(model, [r.text for r in live], live[0].effort)
+            except BaseException as exc:  # noqa: BLE001 - handed to the callers
+                if len(live) == 1:
+                    live[0].future.set_exception(exc)
+                    continue
+                # one bad request (or a worker that died under the batch) must not fail the
+                # others: each runs again alone, and only the ones that fail alone get the error
+                log.warning("a cleanup batch of %d failed (%s: %s); running it one request at a time",
+                            len(live), type(exc).__name__, exc)
                 for r in live:
-                    r.future.set_exception(exc)
+                    try:
+                        r.future.set_result(self._run(model, [r.text], r.effort)[0])
+                    except BaseException as alone:  # noqa: BLE001 - handed to this caller
+                        r.future.set_exception(alone)
                 continue
             for r, text in zip(live, results):
                 r.future.set_result(text)
+
+    @staticmethod
+    def _run(model: LanguageModel, texts: list[str], effort: str) -> list[str]:
+        if len(texts) > 1 and hasattr(model, "cleanup_batch"):
+            return model.cleanup_batch(texts, effort)
+        return [model.cleanup(text, effort) for text in texts]
 
     def close(self) -> None:
         for model in [self.inner, *(w for w in self.workers if w is not self.inner)]:

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Union
 
+from llm.backend import lone_surrogate
+
 PROTOCOL_VERSION = 1
 SAMPLE_RATES_HZ = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
 """Input sample rates a client may declare; the server resamples to 16 kHz."""
@@ -184,6 +186,10 @@ def _text(obj: dict, where: str, allow_empty: bool = False) -> str:
         raise InvalidField(f"{where}: 'text' is empty (whitespace or control characters only)")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidField(f"{where}: 'text' has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    surrogate = lone_surrogate(text)
+    if surrogate is not None:
+        raise InvalidField(f"{where}: 'text' holds a lone surrogate (U+{ord(text[surrogate]):04X}) at character "
+                           f"{surrogate}; send valid Unicode")
     return text
 
 

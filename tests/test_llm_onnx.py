@@ -77,3 +77,41 @@ def test_runtime_choices_are_checked(tiny_model_dir):
         assert load_diffusion_model(tiny_model_dir, device="cpu", runtime="auto").runtime == "torch"
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_corrupt_cached_file_is_exported_again(float_lm, tmp_path, caplog):
+    encoder = onnx_int8_encoder(float_lm.loaded.model, cache_dir=tmp_path, threads=1)
+    (path,) = tmp_path.glob("encoder-*-int8.onnx")
+    path.write_bytes(b"garbage")
+    again = onnx_int8_encoder(float_lm.loaded.model, cache_dir=tmp_path, threads=1)
+    assert "unreadable" in caplog.text and path.stat().st_size > 1_000_000
+    inputs = canvas_inputs(float_lm, ["uh call mom"])
+    assert torch.equal(again(**inputs).last_hidden_state, encoder(**inputs).last_hidden_state)
+
+
+def test_an_unwritable_cache_exports_to_a_temporary_folder(float_lm, tmp_path, caplog):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder should be")
+    encoder = onnx_int8_encoder(float_lm.loaded.model, cache_dir=blocked / "onnx", threads=1)
+    assert "cannot write the ONNX cache" in caplog.text
+    assert encoder(**canvas_inputs(float_lm, ["uh call mom"])).last_hidden_state.shape[-1] == 256
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_auto_falls_back_to_pytorch_when_onnx_runtime_fails(monkeypatch, caplog):
+    import llm.onnx_encoder
+
+    def broken(model, *args, **kwargs):
+        raise ImportError("no onnxruntime here")
+
+    monkeypatch.setattr(llm.onnx_encoder, "onnx_int8_encoder", broken)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        loaded = load_diffusion_model(None, device="cpu", runtime="auto")
+    finally:
+        torch.set_num_threads(threads)
+    assert loaded.runtime == "torch" and "using PyTorch int8" in caplog.text
+    assert type(loaded.model.bert).__name__ == "BertModel"
+    with pytest.raises(ImportError, match="no onnxruntime"):
+        load_diffusion_model(None, device="cpu", runtime="onnxruntime")

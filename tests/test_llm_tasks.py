@@ -186,6 +186,14 @@ def test_empty_input_is_a_value_error(shipped_lm, bad):
         shipped_lm.respond([], bad)
 
 
+def test_a_lone_surrogate_is_a_value_error_naming_it(shipped_lm):
+    with pytest.raises(ValueError, match=r"lone surrogate \(U\+DC80\) at character 4"):
+        shipped_lm.cleanup("abc \udc80 def")
+    with pytest.raises(ValueError, match="lone surrogate"):
+        shipped_lm.respond([], "\ud83d is half an emoji")
+    assert shipped_lm.cleanup("caf\u00e9 \U0001f600 ok")  # real non-ASCII text is fine
+
+
 def test_unknown_effort_is_a_value_error(shipped_lm):
     with pytest.raises(ValueError, match="reasoning_effort"):
         shipped_lm.cleanup("hello there", "maximum")

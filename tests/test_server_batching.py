@@ -86,3 +86,30 @@ def test_a_failing_batch_fails_its_callers_and_the_queue_keeps_serving(shipped_l
     assert batching.submit_cleanup("um hello there").result(timeout=60) == shipped_lm.cleanup("um hello there")
     with pytest.raises(ValueError, match="reasoning_effort"):
         batching.submit_cleanup("hello", "maximum")
+
+
+
+def test_a_failing_batch_runs_again_one_by_one_so_only_the_bad_request_fails(shipped_lm):
+    class Poisoned(GatedLM):
+        def cleanup_batch(self, texts, effort="low"):
+            if any("poison" in t for t in texts):
+                self.seen.append(list(texts))
+                raise RuntimeError("a text the backend cannot take")
+            return super().cleanup_batch(texts, effort)
+
+    gate = threading.Event()
+    lm = Poisoned(shipped_lm, gate)
+    batching = BatchingLanguageModel(lm, max_batch=3)
+    blocker = batching.submit_cleanup("um first in line")
+    assert lm.entered.wait(30)  # the worker holds the first batch; the three below queue as one
+    texts = ["um call mom", "poison pill", "uh play jazz"]
+    futures = dict(zip(texts, (batching.submit_cleanup(t) for t in texts)))
+    gate.set()
+    assert blocker.result(timeout=60)
+    with pytest.raises(RuntimeError, match="cannot take"):
+        futures["poison pill"].result(timeout=60)
+    assert futures["um call mom"].result(timeout=60) == shipped_lm.cleanup("um call mom")
+    assert futures["uh play jazz"].result(timeout=60) == shipped_lm.cleanup("uh play jazz")
+    assert batching.batches == [1, 3]
+    assert sorted(lm.seen[1]) == sorted(texts)  # the batch of three failed, then each ran alone
+    assert sorted(map(tuple, lm.seen[2:])) == sorted((t,) for t in texts)

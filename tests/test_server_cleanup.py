@@ -80,6 +80,7 @@ def test_cleanup_messages_parse_and_their_errors_carry_the_request_id():
         ({"type": "cleanup.request", "id": "a5", "text": "hi", "stream": "yes"}, "'stream'"),
         ({"type": "cleanup.append", "id": "a6", "text": ""}, "'final' is not true"),
         ({"type": "cleanup.ask", "id": "a7"}, "cleanup.request, cleanup.append"),
+        ({"type": "cleanup.request", "id": "a8", "text": "abc \udc80 def"}, "lone surrogate (U+DC80) at character 4"),
     ]:
         with pytest.raises(p.ProtocolError) as info:
             p.parse_cleanup_message(json.dumps(message))
@@ -141,6 +142,8 @@ async def test_bad_requests_get_errors_with_their_ids_while_good_ones_on_the_con
         ({"type": "cleanup.request", "id": "no-text"}, "invalid_field", "'text'"),
         ({"type": "cleanup.request", "id": "blank", "text": "   "}, "invalid_field", "empty"),
         ({"type": "cleanup.translate", "id": "kind", "text": "hi"}, "unknown_message_type", "cleanup.request"),
+        # a JSON-escaped lone surrogate parses but is no text: refused alone, not in a batch
+        ({"type": "cleanup.request", "id": "surrogate", "text": "abc \udc80 def"}, "invalid_field", "surrogate"),
     ]
     async with connect(cleanup_url(server)) as ws:
         ids = iter(good.items())

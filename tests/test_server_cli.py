@@ -1,8 +1,25 @@
-"""``quicksilver serve``: the command is registered and refuses bad limits before loading models."""
+"""``quicksilver serve``: the command is registered, refuses bad limits before loading models, and
+stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosedOK
+
 import quicksilver
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_serve_is_registered_with_its_options(capsys):
@@ -16,3 +33,62 @@ def test_serve_is_registered_with_its_options(capsys):
 def test_bad_limits_exit_2_without_loading_models(capsys):
     assert quicksilver.main(["serve", "--max-sessions", "0"]) == 2
     assert "--max-sessions" in capsys.readouterr().err
+
+
+def _children(pid: int) -> set[int]:
+    """Process ids whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == str(pid):
+                found.add(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_closes_connections_with_going_away_and_ends_the_worker_processes():
+    """A service manager's stop: the open /cleanup connection gets close code 1001, the server
+    exits 0 and its cleanup worker processes end with it."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "quicksilver.py"), "serve", "--port", "0"],
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        port, deadline = None, time.monotonic() + 180
+        while port is None and time.monotonic() < deadline:
+            line = server.stderr.readline()
+            assert line, "the server exited before serving"
+            match = re.search(r"serving on http://127\.0\.0\.1:(\d+)/", line)
+            port = int(match.group(1)) if match else None
+        workers = _children(server.pid)
+        assert len(workers) >= 2  # two cleanup workers (and multiprocessing's resource tracker)
+
+        async def session() -> int:
+            async with connect(f"ws://127.0.0.1:{port}/cleanup", open_timeout=30, ping_interval=None) as ws:
+                await ws.send(json.dumps({"type": "cleanup.request", "id": "a", "text": "um hello there"}))
+                assert json.loads(await asyncio.wait_for(ws.recv(), 60))["text"] == "Hello there."
+                server.send_signal(signal.SIGTERM)
+                with pytest.raises(ConnectionClosedOK):
+                    await asyncio.wait_for(ws.recv(), 30)
+                return ws.close_code
+
+        assert asyncio.run(session()) == 1001
+        assert server.wait(30) == 0
+        assert "stopped (SIGTERM)" in server.stderr.read()
+        deadline = time.monotonic() + 15
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _running(pid)]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)

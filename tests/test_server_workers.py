@@ -5,6 +5,8 @@ restarted, a bad model folder reported, no process left behind."""
 import multiprocessing
 import os
 import signal
+import threading
+import time
 
 import pytest
 
@@ -36,14 +38,64 @@ def test_errors_in_the_child_are_raised_with_their_type_and_it_keeps_serving(wor
     assert worker.cleanup_batch(TEXTS[:1]) == shipped_lm.cleanup_batch(TEXTS[:1])
 
 
-def test_a_dead_worker_fails_its_batch_then_restarts(worker, shipped_lm):
+def wait_dead(pid: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(p.pid != pid for p in multiprocessing.active_children()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not end")
+
+
+def test_a_worker_killed_between_batches_is_replaced_before_the_next_batch(worker, shipped_lm):
+    worker.wait_ready()
+    old, restarts = worker.pid, worker.restarts
+    os.kill(old, signal.SIGKILL)
+    wait_dead(old)
+    assert worker.cleanup_batch(TEXTS) == shipped_lm.cleanup_batch(TEXTS)  # waits for a new child, no error
+    assert worker.pid not in (None, old) and worker.restarts == restarts + 1
+
+
+def test_a_worker_killed_mid_batch_fails_that_batch_and_the_next_child_answers(worker, shipped_lm):
     worker.wait_ready()
     old = worker.pid
+    os.kill(old, signal.SIGSTOP)  # holds the batch below in flight until the kill
+    failed = []
+    call = threading.Thread(target=lambda: failed.append(pytest.raises(WorkerError, worker.cleanup_batch, TEXTS)))
+    call.start()
+    time.sleep(0.5)
     os.kill(old, signal.SIGKILL)
-    with pytest.raises(WorkerError, match="exit|gone|pipe"):
-        worker.cleanup_batch(TEXTS)
-    assert worker.cleanup_batch(TEXTS) == shipped_lm.cleanup_batch(TEXTS)  # a new child
-    assert worker.pid not in (None, old)
+    call.join(30)
+    assert not call.is_alive() and "exited during a batch" in str(failed[0].value)
+    assert worker.cleanup_batch(TEXTS) == shipped_lm.cleanup_batch(TEXTS)
+    assert worker.pid != old
+
+
+def test_a_stopped_worker_is_killed_after_its_silence_limit_and_replaced(worker, shipped_lm):
+    worker.wait_ready()
+    old, worker.silence_limit_s = worker.pid, 2.0
+    try:
+        os.kill(old, signal.SIGSTOP)  # alive but silent: no heartbeat
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"stopped answering during a batch \(silent for 2 s\)"):
+            worker.cleanup_batch(TEXTS)
+        assert 2.0 <= time.monotonic() - started < 10
+        wait_dead(old)
+        assert worker.cleanup_batch(TEXTS) == shipped_lm.cleanup_batch(TEXTS)
+    finally:
+        worker.silence_limit_s = 15.0
+
+
+def test_a_long_batch_is_not_mistaken_for_a_stopped_worker(worker, shipped_lm):
+    """Heartbeats keep a batch alive past the silence limit: high effort, one token per step."""
+    worker.silence_limit_s = 1.5  # heartbeats come every second
+    try:
+        text = " ".join(["um so I was thinking that uh we could maybe go to the the park"] * 6)
+        started = time.monotonic()
+        assert worker.cleanup_batch([text], "high") == shipped_lm.cleanup_batch([text], "high")
+        assert time.monotonic() - started > 3.0  # twice the limit, answered all the same
+    finally:
+        worker.silence_limit_s = 15.0
 
 
 def test_a_worker_that_cannot_load_its_model_says_why(tmp_path):
