@@ -57,11 +57,15 @@ def serve_command(args) -> int:
     from server.models import ModelOptions, load_pipeline
     from server.session import SessionLimits
 
-    if (args.max_sessions < 1 or args.max_interim_sessions < 0 or args.idle_timeout <= 0 or not 0 <= args.port < 65536
-            or args.cleanup_batch < 1 or args.cleanup_workers < 1):
-        print("error: --max-sessions ≥ 1, --max-interim-sessions ≥ 0, --idle-timeout > 0, --cleanup-batch ≥ 1, "
-              "--cleanup-workers ≥ 1 "
-              "and --port in [0, 65535] required", file=sys.stderr)
+    limits = [("--max-sessions", args.max_sessions, args.max_sessions >= 1, "≥ 1"),
+              ("--max-interim-sessions", args.max_interim_sessions, args.max_interim_sessions >= 0, "≥ 0"),
+              ("--idle-timeout", args.idle_timeout, args.idle_timeout > 0, "> 0"),
+              ("--port", args.port, 0 <= args.port < 65536, "in [0, 65535]"),
+              ("--cleanup-batch", args.cleanup_batch, args.cleanup_batch >= 1, "≥ 1"),
+              ("--cleanup-workers", args.cleanup_workers, args.cleanup_workers >= 1, "≥ 1")]
+    bad = [f"{flag} must be {rule}, not {value}" for flag, value, ok, rule in limits if not ok]
+    if bad:
+        print(f"quicksilver serve: error: {'; '.join(bad)}", file=sys.stderr)
         return 2
     try:
         mqtt = settings_from_args(args)
@@ -101,4 +105,6 @@ def serve_command(args) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_ADDRESS
+    finally:
+        pipeline.close()  # batches in flight finish, worker threads and processes end
     return 0

@@ -27,7 +27,7 @@ class ServerMetrics:
         self.errors = Counter("quicksilver_errors", "Error events sent, by code", ["code"], registry=self.registry)
         self.sessions = Counter("quicksilver_sessions", "Accepted /ws sessions", registry=self.registry)
         self.active_sessions = Gauge("quicksilver_active_sessions", "Open /ws sessions", registry=self.registry)
-        self.cleanups = Counter("quicksilver_cleanup_requests", "cleanup.request messages answered", registry=self.registry)
+        self.cleanups = Counter("quicksilver_cleanup_requests", "Cleanups answered (cleanup.result and cleanup.sentence events)", registry=self.registry)
         self.stage_latency = Histogram(
             "quicksilver_stage_latency_seconds", "Latency of each stage of a turn", ["stage"],
             buckets=LATENCY_BUCKETS_S, registry=self.registry,

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from llm.backend import LanguageModel, Turn, check_text
+from llm.backend import LanguageModel, LanguageModelError, Turn, check_text
 from llm.effort import sampler_settings
 from server.workers import CleanupProcess
 
@@ -94,6 +94,7 @@ class BatchingLanguageModel(LanguageModel):
         self.batches: list[int] = []
         self._waiting: list[_Request] = []
         self._ready = threading.Condition()
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._serve, args=(model,), name=f"quicksilver-cleanup-{n}", daemon=True)
             for n, model in enumerate(self.workers)
@@ -124,15 +125,20 @@ class BatchingLanguageModel(LanguageModel):
         future: Future = Future()
         request = _Request(check_text(transcript, "transcript"), reasoning_effort, future)
         with self._ready:
+            if self._closed:
+                raise LanguageModelError("the cleanup queue is closed (the server is shutting down)")
             self._waiting.append(request)
             self._ready.notify()
         return future
 
-    def _take_batch(self) -> list[_Request]:
-        """The oldest waiting request and the same-effort requests closest to it in length."""
+    def _take_batch(self) -> list[_Request] | None:
+        """The oldest waiting request and the same-effort requests closest to it in length
+        (``None`` once closed)."""
         with self._ready:
-            while not self._waiting:
+            while not self._waiting and not self._closed:
                 self._ready.wait()
+            if self._closed:
+                return None
             first = self._waiting[0]
             others = sorted((r for r in self._waiting[1:] if r.effort == first.effort),
                             key=lambda r: abs(len(r.text) - len(first.text)))
@@ -142,8 +148,8 @@ class BatchingLanguageModel(LanguageModel):
             return batch
 
     def _serve(self, model: LanguageModel) -> None:
-        while True:
-            live = [r for r in self._take_batch() if r.future.set_running_or_notify_cancel()]
+        while (batch := self._take_batch()) is not None:
+            live = [r for r in batch if r.future.set_running_or_notify_cancel()]
             if not live:
                 continue
             self.batches.append(len(live))
@@ -172,7 +178,22 @@ class BatchingLanguageModel(LanguageModel):
             return model.cleanup_batch(texts, effort)
         return [model.cleanup(text, effort) for text in texts]
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop taking batches: waiting requests fail with :class:`llm.backend.LanguageModelError`,
+        batches in flight finish (each worker thread is joined, at most ``timeout_s`` in all),
+        then every model is closed. Joining matters at exit: a thread still inside a PyTorch or
+        ONNX Runtime call while the interpreter shuts down aborts the process."""
+        with self._ready:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            self._ready.notify_all()
+        for request in waiting:
+            if request.future.set_running_or_notify_cancel():
+                request.future.set_exception(LanguageModelError("the server is shutting down"))
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
         for model in [self.inner, *(w for w in self.workers if w is not self.inner)]:
             model.close()
 

@@ -15,8 +15,10 @@ batch (``high`` effort on long texts: tens of seconds) from a child that stopped
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
+import multiprocessing.util  # its exit handler is registered before ours (below)
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -33,6 +35,17 @@ SILENCE_LIMIT_S = 15.0
 LOAD_LIMIT_S = 180.0
 #: Exception types a child's error is raised as in the parent; any other becomes WorkerError.
 _ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+_exiting = False
+
+
+@atexit.register
+def _note_exit() -> None:
+    # registered after multiprocessing's own exit handler, so it runs before that handler
+    # terminates the children: a child ended by the exit is not restarted
+    global _exiting
+    _exiting = True
 
 
 class WorkerError(LanguageModelError):
@@ -128,6 +141,7 @@ class CleanupProcess(LanguageModel):
         self._process = None
         self._conn = None
         self._ready = False
+        self._closing = False
         self._start()
 
     # -- the child's life ------------------------------------------------------------
@@ -161,7 +175,7 @@ class CleanupProcess(LanguageModel):
         if self._process is not None and self._process.is_alive():
             self._process.kill()
         self._stop()
-        if restart:
+        if restart and not (self._closing or _exiting):
             self._start()
         return WorkerError(message)
 
@@ -184,6 +198,8 @@ class CleanupProcess(LanguageModel):
                                  "it was killed and is being restarted")
 
     def _ensure_ready(self) -> None:
+        if self._closing or _exiting:
+            raise WorkerError("the cleanup worker is closed")
         if self._process is None or (self._ready and not self._process.is_alive()):
             self._stop()  # died between batches: replace it before sending
             self._start()
@@ -242,6 +258,8 @@ class CleanupProcess(LanguageModel):
         return self._process.pid if self._process is not None else None
 
     def close(self) -> None:
-        """Stop the child (it exits when its pipe closes; killed after 5 s)."""
+        """Stop the child after the batch in flight, if any (it exits when its pipe closes; killed
+        after 5 s). No child is started afterwards; calls raise :class:`WorkerError`."""
+        self._closing = True
         with self._lock:
             self._stop()

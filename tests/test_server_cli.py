@@ -30,9 +30,12 @@ def test_serve_is_registered_with_its_options(capsys):
         "127.0.0.1", 0, "t", ["http://a.example"], 4)
 
 
-def test_bad_limits_exit_2_without_loading_models(capsys):
+def test_bad_limits_exit_2_without_loading_models_naming_each_bad_flag(capsys):
     assert quicksilver.main(["serve", "--max-sessions", "0"]) == 2
-    assert "--max-sessions" in capsys.readouterr().err
+    assert capsys.readouterr().err == "quicksilver serve: error: --max-sessions must be ≥ 1, not 0\n"
+    assert quicksilver.main(["serve", "--cleanup-batch", "0", "--cleanup-workers", "-1"]) == 2
+    assert capsys.readouterr().err == ("quicksilver serve: error: --cleanup-batch must be ≥ 1, not 0; "
+                                       "--cleanup-workers must be ≥ 1, not -1\n")
 
 
 def _children(pid: int) -> set[int]:
@@ -57,11 +60,13 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_sigterm_closes_connections_with_going_away_and_ends_the_worker_processes():
-    """A service manager's stop: the open /cleanup connection gets close code 1001, the server
-    exits 0 and its cleanup worker processes end with it."""
-    server = subprocess.Popen([sys.executable, str(ROOT / "quicksilver.py"), "serve", "--port", "0"],
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_sigterm_with_cleanups_in_flight_closes_with_going_away_and_exits_cleanly(worker):
+    """A service manager's stop while batches run: the open /cleanup connection gets close code
+    1001, the server exits 0 without a traceback or an abort (batches in flight finish, worker
+    threads are joined, no worker process is restarted), and its worker processes end with it."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "quicksilver.py"), "serve", "--port", "0",
+                               "--cleanup-worker", worker], stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         port, deadline = None, time.monotonic() + 180
         while port is None and time.monotonic() < deadline:
@@ -70,20 +75,28 @@ def test_sigterm_closes_connections_with_going_away_and_ends_the_worker_processe
             match = re.search(r"serving on http://127\.0\.0\.1:(\d+)/", line)
             port = int(match.group(1)) if match else None
         workers = _children(server.pid)
-        assert len(workers) >= 2  # two cleanup workers (and multiprocessing's resource tracker)
+        if worker == "process":
+            assert len(workers) >= 2  # two cleanup workers (and multiprocessing's resource tracker)
 
         async def session() -> int:
             async with connect(f"ws://127.0.0.1:{port}/cleanup", open_timeout=30, ping_interval=None) as ws:
                 await ws.send(json.dumps({"type": "cleanup.request", "id": "a", "text": "um hello there"}))
                 assert json.loads(await asyncio.wait_for(ws.recv(), 60))["text"] == "Hello there."
+                for n in range(20):
+                    await ws.send(json.dumps({"type": "cleanup.request", "id": f"m{n}", "reasoning_effort": "medium",
+                                              "text": "so um I was thinking that uh we could go to the the park"}))
+                await asyncio.sleep(0.3)
                 server.send_signal(signal.SIGTERM)
                 with pytest.raises(ConnectionClosedOK):
-                    await asyncio.wait_for(ws.recv(), 30)
+                    while True:  # answers that made it out before the close, then the close
+                        await asyncio.wait_for(ws.recv(), 30)
                 return ws.close_code
 
         assert asyncio.run(session()) == 1001
-        assert server.wait(30) == 0
-        assert "stopped (SIGTERM)" in server.stderr.read()
+        assert server.wait(60) == 0
+        stderr = server.stderr.read()
+        assert "stopped (SIGTERM)" in stderr
+        assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
         deadline = time.monotonic() + 15
         while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -217,6 +217,12 @@ class VoicePipeline:
             self.lm.cleanup("hello there", self.config.reasoning_effort)
             self.lm.respond([], "hello there", self.config.reasoning_effort)
 
+    def close(self) -> None:
+        """Release the shared models' resources: the LM's worker threads and processes (after
+        the batches in flight). Sessions must have ended; the pipeline is unusable afterwards."""
+        if self.lm is not None:
+            self.lm.close()
+
     def session(self, source, sink=None, config: PipelineConfig | None = None) -> "VoiceSession":
         """A conversation reading ``source`` (async iterable of 16 kHz frames) and playing the reply
         audio on ``sink`` (``write``/``interrupt``/``close``; ``None`` = events only)."""
