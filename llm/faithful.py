@@ -45,17 +45,21 @@ NON_CONTENT = {"um", "uh", "er", "erm", "hmm", "mm", "like", "you", "know", "i",
 _FILLER_SHAPE = re.compile(r"u+h+m*|u+m+|e+r+m*|h+m+|a+h+|m{2,}")
 
 
+def is_hesitation(key: str) -> bool:
+    """Whether a word key is a hesitation (:data:`HESITATIONS`, or shaped like one: ``ummm``, ``errr``)."""
+    return key in HESITATIONS or _FILLER_SHAPE.fullmatch(key or "-") is not None
+
+
 def is_filler(key: str) -> bool:
-    """Whether a word key is a filler (:data:`FILLER_WORDS`, or shaped like one: ``ummm``, ``errr``)."""
-    return key in FILLER_WORDS or _FILLER_SHAPE.fullmatch(key or "-") is not None
+    """Whether a word key is a filler (:data:`FILLER_WORDS`, or a hesitation's shape)."""
+    return key in FILLER_WORDS or is_hesitation(key)
 
 
 def drop_hesitations(text: str) -> str:
     """``text`` without hesitation words (:data:`HESITATIONS` and their shapes) and without
     U+FFFD characters (a byte-level BPE piece of a multi-byte character, decoded alone).
     ``Um, turn on the light`` -> ``turn on the light``."""
-    words = [w for w in text.replace("\ufffd", "").split()
-             if not (word_key(w) in HESITATIONS or _FILLER_SHAPE.fullmatch(word_key(w) or "-"))]
+    words = [w for w in text.replace("\ufffd", "").split() if not is_hesitation(word_key(w))]
     return " ".join(words)
 
 

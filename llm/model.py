@@ -174,8 +174,8 @@ def load_diffusion_model(
     if quantize == "auto":
         cpu_fp32 = torch_device.type == "cpu" and torch_dtype == torch.float32
         quantize = "int8" if cpu_fp32 and layout == "quicksilver" else "none"
-    chosen = runtime == "auto"
-    if chosen:
+    auto_runtime = runtime == "auto"
+    if auto_runtime:
         single = torch.get_num_threads() == 1
         runtime = "onnxruntime" if quantize == "int8" and layout == "quicksilver" and single else "torch"
     if runtime == "onnxruntime" and (quantize != "int8" or layout != "quicksilver"):
@@ -184,20 +184,17 @@ def load_diffusion_model(
     if quantize == "int8":
         if torch_device.type != "cpu":
             raise ValueError("quantize='int8' (dynamic int8) runs on the CPU only; use device='cpu' or quantize='none'")
-        encoder = None
         if runtime == "onnxruntime":
             try:
                 from llm.onnx_encoder import onnx_int8_encoder
 
-                encoder = onnx_int8_encoder(model)
+                model.bert = onnx_int8_encoder(model)  # the MLM head stays in PyTorch, quantized below
             except Exception as exc:  # noqa: BLE001 - "auto" falls back to PyTorch
-                if not chosen:
+                if not auto_runtime:
                     raise
                 log.warning("ONNX Runtime could not run the LM (%s: %s); using PyTorch int8", type(exc).__name__, exc)
                 runtime = "torch"
         model = quantize_int8(model)
-        if encoder is not None:
-            model.bert = encoder
     log.info("loaded %s (%s layout, mask id %d) on %s as %s, quantized %s, runtime %s",
              source, layout, mask_id, torch_device, torch_dtype, quantize, runtime)
     return LoadedModel(model, tokenizer, int(mask_id), layout, torch_device, max_positions, source, quantize, runtime)
@@ -207,8 +204,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     """Dynamic int8 quantization of every ``nn.Linear`` of ``model`` (PyTorch
     ``torch.ao.quantization.quantize_dynamic`` with per-output-channel weight scales; the
     post-training form of Zafrir et al. 2019, "Q8BERT"): int8 weights, activations quantized
-    per batch at run time, int32 accumulation (fbgemm/x86 kernels). Returns the module with
-    its Linear layers replaced, for CPU inference (eval mode). The activation scale is taken
+    per batch at run time, int32 accumulation (fbgemm/x86 kernels). Replaces the Linear layers
+    of ``model`` in place and returns it, for CPU inference (eval mode). The activation scale is taken
     over the whole batch, so a row's output can depend on the other rows of its batch (a
     borderline token may flip: 23 of 24 Disfl-QA cleanups identical batched and one at a
     time); float32 (``quantize="none"``) has no such effect on the argmax.
@@ -224,7 +221,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*", category=DeprecationWarning)
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8).eval()
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
+                                inplace=True).eval()
 
 
 def save_checkpoint(model, tokenizer, folder: Path, extra: dict | None = None) -> None:

@@ -86,7 +86,8 @@ class BatchingLanguageModel(LanguageModel):
         batches: sizes of the batches run so far (for tests and the benchmark).
     """
 
-    def __init__(self, inner: LanguageModel, max_batch: int = 8, workers: Sequence[LanguageModel] | None = None) -> None:
+    def __init__(self, inner: LanguageModel, max_batch: int = 8,
+                 workers: Sequence[LanguageModel | CleanupProcess] | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.max_batch = max_batch
@@ -147,7 +148,7 @@ class BatchingLanguageModel(LanguageModel):
             self._waiting = [r for r in self._waiting if id(r) not in taken]
             return batch
 
-    def _serve(self, model: LanguageModel) -> None:
+    def _serve(self, model: LanguageModel | CleanupProcess) -> None:
         while (batch := self._take_batch()) is not None:
             live = [r for r in batch if r.future.set_running_or_notify_cancel()]
             if not live:
@@ -173,7 +174,7 @@ class BatchingLanguageModel(LanguageModel):
                 r.future.set_result(text)
 
     @staticmethod
-    def _run(model: LanguageModel, texts: list[str], effort: str) -> list[str]:
+    def _run(model: LanguageModel | CleanupProcess, texts: list[str], effort: str) -> list[str]:
         if len(texts) > 1 and hasattr(model, "cleanup_batch"):
             return model.cleanup_batch(texts, effort)
         return [model.cleanup(text, effort) for text in texts]
@@ -192,8 +193,7 @@ class BatchingLanguageModel(LanguageModel):
                 request.future.set_exception(LanguageModelError("the server is shutting down"))
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
+            thread.join(max(0.0, deadline - time.monotonic()))
         for model in [self.inner, *(w for w in self.workers if w is not self.inner)]:
             model.close()
 

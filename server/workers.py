@@ -21,9 +21,9 @@ import multiprocessing
 import multiprocessing.util  # its exit handler is registered before ours (below)
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from llm.backend import LanguageModel, LanguageModelError, Turn
+from llm.backend import LanguageModelError
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,9 @@ def _serve(conn, load_kwargs: dict, threads: int) -> None:
         send(result)
 
 
-class CleanupProcess(LanguageModel):
-    """Batched cleanup (:meth:`cleanup_batch`) on a copy of the LM in a child process.
+class CleanupProcess:
+    """Batched cleanup (:meth:`cleanup_batch`) on a copy of the LM in a child process: a cleanup
+    worker of :class:`server.models.BatchingLanguageModel` (cleanups only, no replies or drafts).
 
     The child starts at once and loads in the background; the first call waits for it.
     Failures never hang a caller:
@@ -120,14 +121,10 @@ class CleanupProcess(LanguageModel):
         name: process name (shown by ``ps``).
         silence_limit_s: seconds without a heartbeat after which a busy child is killed.
 
-    Only cleanups run here; replies and drafts stay on the server's own LM.
-
     Attributes:
         batches: batches answered so far (by this child and the ones before it).
         restarts: children started after the first.
     """
-
-    name = "local"
 
     def __init__(self, load_kwargs: dict, threads: int = 1, name: str = "quicksilver-cleanup",
                  silence_limit_s: float = SILENCE_LIMIT_S) -> None:
@@ -219,7 +216,7 @@ class CleanupProcess(LanguageModel):
         with self._lock:
             self._ensure_ready()
 
-    # -- the LanguageModel interface ---------------------------------------------------
+    # -- cleanups ----------------------------------------------------------------------
     def cleanup_batch(self, texts: Sequence[str], reasoning_effort: str = "low") -> list[str]:
         """Cleaned forms of ``texts`` (see :meth:`llm.tasks.CanvasTasks.cleanup_batch`), computed in the child.
 
@@ -244,13 +241,8 @@ class CleanupProcess(LanguageModel):
         raise _ERRORS.get(payload, WorkerError)(text if payload in _ERRORS else f"{payload}: {text}")
 
     def cleanup(self, transcript: str, reasoning_effort: str = "low") -> str:
+        """One cleaned transcript: :meth:`cleanup_batch` of a batch of one."""
         return self.cleanup_batch([transcript], reasoning_effort)[0]
-
-    def cleanup_drafts(self, transcript: str, reasoning_effort: str = "low") -> Iterator[str]:
-        yield self.cleanup(transcript, reasoning_effort)
-
-    def reply_drafts(self, history: Sequence[Turn], user_text: str, reasoning_effort: str = "low") -> Iterator[str]:
-        raise NotImplementedError("a cleanup worker process answers cleanups only")
 
     @property
     def pid(self) -> int | None:
